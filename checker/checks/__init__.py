@@ -1,0 +1,1 @@
+"""One module per step: ``TITLE`` and ``CHECKS`` (a list of harness.Check)."""

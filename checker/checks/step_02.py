@@ -1,0 +1,79 @@
+"""Checks for step 02: the causal mask, plain and offset (KV cache) forms."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from checker import oracle
+from checker.harness import Check, CheckFailed, StepContext, assert_close, close, to_numpy
+
+TITLE = "the causal mask"
+USES_MAX = True
+
+MISTAKES = {
+    "hides the diagonal": (
+        dict(include_diagonal=False),
+        "a token must see itself: hide key j only when j > past_len + i (use >, not >=)",
+    ),
+    "ignores the offset": (
+        dict(use_offset=False),
+        "query row i is the token at position past_len + i: add past_len to the query positions",
+    ),
+}
+
+
+def _mask(ctx: StepContext, seq_len: int, past_len: int) -> np.ndarray:
+    mask = ctx.call(ctx.learner.causal_mask, seq_len, past_len, what="causal_mask")
+    return to_numpy(mask, f"causal_mask({seq_len}, {past_len})")
+
+
+def _compare(ctx: StepContext, seq_len: int, past_len: int) -> None:
+    got = _mask(ctx, seq_len, past_len)
+    expected = oracle.causal_mask(seq_len, past_len)
+    what = f"causal_mask({seq_len}, past_len={past_len})"
+    if close(got, expected) and got.dtype == expected.dtype:
+        return
+    if got.shape == expected.shape:
+        for kwargs, hint in MISTAKES.values():
+            if close(got, oracle.causal_mask(seq_len, past_len, **kwargs)):
+                raise CheckFailed(f"{what} is wrong", hint)
+        if close(got, np.where(expected == 0, -np.inf, 0).astype(np.float32)):
+            raise CheckFailed(f"{what} is inverted", "visible entries are 0 and hidden ones -inf, not the other way round")
+        if np.isfinite(got).all():
+            raise CheckFailed(
+                f"{what} has no -inf entries",
+                "hidden entries must be float('-inf') (exp(-inf) = 0 after softmax); visible ones 0",
+            )
+    assert_close(got, expected, what, hint="compare with the pictures in the step: 0 visible, -inf hidden")
+
+
+def check_shape(ctx: StepContext) -> None:
+    for seq_len, past_len in ((3, 0), (2, 5)):
+        got = _mask(ctx, seq_len, past_len)
+        if list(got.shape) != [seq_len, past_len + seq_len]:
+            raise CheckFailed(
+                f"causal_mask({seq_len}, {past_len}) has shape {list(got.shape)}, "
+                f"expected {[seq_len, past_len + seq_len]}",
+                "one row per new (query) token, one column per key: past_len + seq_len",
+            )
+        if got.dtype != np.float32:
+            raise CheckFailed(f"causal_mask has dtype {got.dtype}, expected float32", "pass dtype= when you build the values")
+
+
+def check_plain(ctx: StepContext) -> None:
+    for seq_len in (1, 4, 70):
+        _compare(ctx, seq_len, 0)
+
+
+def check_offset(ctx: StepContext) -> None:
+    for seq_len, past_len in ((1, 5), (3, 2), (70, 7)):
+        _compare(ctx, seq_len, past_len)
+
+
+CHECKS = [
+    Check("shape [seq_len, past_len + seq_len], float32", check_shape,
+          "one row per query, one column per key"),
+    Check("no past: lengths 1, 4, 70", check_plain, "key j is visible to query i iff j <= i"),
+    Check("with past positions (KV cache): (1, 5), (3, 2), (70, 7)", check_offset,
+          "key j is visible to query i iff j <= past_len + i"),
+]

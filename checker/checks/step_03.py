@@ -1,0 +1,95 @@
+"""Checks for step 03: layer norm."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from checker import maxrun, oracle
+from checker.harness import Check, CheckFailed, StepContext, assert_close, close, diagnose
+
+TITLE = "layer normalization"
+USES_MAX = True
+DIM = 48
+
+
+def _weights() -> dict[str, np.ndarray]:
+    return maxrun.random_weights({"weight": [DIM], "bias": [DIM]}, seed=3)
+
+
+def _inputs(batch: int, seq: int, scale: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    # A non-zero mean, so forgetting to subtract it shows.
+    return (0.5 + scale * rng.standard_normal((batch, seq, DIM))).astype(np.float32)
+
+
+def _mistakes(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    return {
+        "the variance is biased: divide by n (x.mean of the squares), not n - 1 (no Bessel's correction)":
+            oracle.layer_norm(x, w, b, ddof=1),
+        "add eps to the variance: sqrt(var + eps); it is missing":
+            oracle.layer_norm(x, w, b, eps=0.0),
+        "eps belongs inside the square root: sqrt(var + eps), not sqrt(var) + eps":
+            oracle.layer_norm(x, w, b, eps_inside_sqrt=False),
+        "GPT-2's eps is 1e-5 (the default argument of LayerNorm)":
+            oracle.layer_norm(x, w, b, eps=1e-6),
+        "GPT-2's eps is 1e-5, not 1e-12 (BERT's)":
+            oracle.layer_norm(x, w, b, eps=1e-12),
+        "apply the learned bias: ... * weight + bias":
+            oracle.layer_norm(x, w, np.zeros_like(b)),
+        "apply the learned scale: ... * weight + bias":
+            oracle.layer_norm(x, np.ones_like(w), b),
+    }
+
+
+def check_parameters(ctx: StepContext) -> None:
+    learner = maxrun.build(ctx.learner.LayerNorm, DIM)
+    solution = maxrun.build(ctx.solution.LayerNorm, DIM)
+    maxrun.assert_parameters(learner, solution, "self.weight and self.bias, each of shape [dim]")
+
+
+def check_initial_values(ctx: StepContext) -> None:
+    module = ctx.learner.LayerNorm(DIM)  # eager: the real initial values
+    for name, expected in (("weight", 1.0), ("bias", 0.0)):
+        got = dict(module.parameters)[name].to_numpy()
+        if not np.all(got == expected):
+            raise CheckFailed(
+                f"a new LayerNorm's {name} is not all {expected:g}",
+                "start as the identity: weight = Tensor.ones([dim]), bias = Tensor.zeros([dim])",
+            )
+
+
+def _compare(ctx: StepContext, scale: float, shapes) -> None:
+    weights = _weights()
+    learner = maxrun.build(ctx.learner.LayerNorm, DIM, weights=weights)
+    solution = maxrun.build(ctx.solution.LayerNorm, DIM, weights=weights)
+    for i, (batch, seq) in enumerate(shapes):
+        x = _inputs(batch, seq, scale, seed=i)
+        got = maxrun.run(learner, x)
+        expected = maxrun.run(solution, x)
+        what = f"LayerNorm on x of shape {[batch, seq, DIM]}"
+        if got.shape == expected.shape and not close(got, expected):
+            hint = diagnose(got, _mistakes(x, weights["weight"], weights["bias"]))
+            if hint:
+                raise CheckFailed(f"{what}: wrong values", hint)
+        assert_close(got, expected, what, "y = (x - mean) / sqrt(var + eps) * weight + bias, over the last axis")
+
+
+def check_random(ctx: StepContext) -> None:
+    _compare(ctx, scale=2.0, shapes=maxrun.SHAPES)
+
+
+def check_small_variance(ctx: StepContext) -> None:
+    # With var ~ 1e-6 the eps term dominates: this is where eps mistakes show.
+    _compare(ctx, scale=1e-3, shapes=[(1, 5), (2, 3)])
+
+
+CHECKS = [
+    Check("parameters `weight` and `bias` of shape [dim]", check_parameters,
+          "self.weight and self.bias, each of shape [dim]"),
+    Check("a new LayerNorm has weight 1 and bias 0", check_initial_values,
+          "weight = Tensor.ones([dim]), bias = Tensor.zeros([dim])"),
+    Check("matches the solution at batch 1-2, lengths 1, 7, 70", check_random,
+          "y = (x - mean) / sqrt(var + eps) * weight + bias, over the last axis"),
+    Check("matches where eps matters (variance ~ 1e-6)", check_small_variance,
+          "eps = 1e-5 is added to the variance inside the square root"),
+]

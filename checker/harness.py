@@ -1,0 +1,231 @@
+"""The machinery every step check shares: load the learner's file, run named
+checks, turn learner exceptions into one readable message, compare numbers.
+
+A check is a function that returns nothing when the learner's code is right
+and raises ``CheckFailed(message, hint)`` when it is not. Any other exception
+escaping a check came from the learner's code (or is a bug in the check); it is
+reported with the last frame that lies in the learner's file, never as a wall
+of MAX traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import linecache
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+import numpy as np
+
+from checker.skeleton import ROOT, TODO_MARK
+
+# fp32 tolerance: the learner's graph and the solution's may order reductions
+# differently, which moves results by ~1e-6; real mistakes move them by far more.
+RTOL = 1e-4
+ATOL = 1e-4
+
+
+class CheckFailed(Exception):
+    """The learner's code ran but gave a wrong answer."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+@dataclass
+class Check:
+    name: str
+    run: Callable[["StepContext"], None]
+    hint: str  # shown when the check fails and names no more precise hint
+
+
+@dataclass
+class Outcome:
+    name: str
+    passed: bool
+    seconds: float
+    message: str = ""
+    hint: str = ""
+
+
+@dataclass
+class StepContext:
+    """What a check gets: the learner's module and the reference solution's."""
+
+    step: str
+    learner_path: Path
+    learner: ModuleType
+    solution: ModuleType
+    cache: dict = field(default_factory=dict)  # checks may share built objects
+
+    def call(self, fn: Callable, *args, what: str = "", **kwargs):
+        """Call learner code; a None result is a failure with its own message."""
+        result = fn(*args, **kwargs)
+        if result is None:
+            name = what or getattr(fn, "__qualname__", repr(fn))
+            raise CheckFailed(
+                f"{name} returned None",
+                "a function (or forward) must end with `return <result>`",
+            )
+        return result
+
+
+# ----------------------------------------------------------------------------
+# Loading
+
+
+def load_file(path: Path, module_name: str | None = None) -> ModuleType:
+    """Import a Python file. Files inside steps/ or solutions/ are imported by
+    their package name so that later steps importing them share one module."""
+    path = path.resolve()
+    for package in ("steps", "solutions"):
+        if path.parent == ROOT / package:
+            name = f"{package}.{path.stem}"
+            if name in sys.modules:
+                return importlib.reload(sys.modules[name])
+            return importlib.import_module(name)
+    name = module_name or f"_checked_{path.stem}_{abs(hash(str(path)))}_{time.monotonic_ns()}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while building
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+# ----------------------------------------------------------------------------
+# Reporting learner exceptions
+
+
+def describe_exception(exc: BaseException, learner_path: Path) -> tuple[str, str]:
+    """A one-paragraph message and a hint for an exception from learner code."""
+    learner_path = learner_path.resolve()
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == learner_path:
+        where = f"{learner_path.name}:{exc.lineno}"
+        return f"{where}: SyntaxError: {exc.msg}", "fix the syntax on that line"
+    in_learner = [f for f in frames if Path(f.filename).resolve() == learner_path]
+    where = ""
+    if in_learner:
+        frame = in_learner[-1]
+        code = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
+        where = f"{learner_path.name}:{frame.lineno} in {frame.name}: `{code}`\n"
+    text = _first_lines(str(exc))
+    if isinstance(exc, NotImplementedError) and TODO_MARK in str(exc):
+        return (
+            f"{where}this part is still a TODO",
+            "replace the `raise NotImplementedError(...)` line with your code",
+        )
+    kind = type(exc).__name__
+    hint = "read the line above: that is where your code failed"
+    if not in_learner:
+        hint = "the error did not pass through your file; check the names and signatures the step asks for"
+    return f"{where}{kind}: {text}", hint
+
+
+def _first_lines(text: str, limit: int = 3, width: int = 300) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()][:limit]
+    joined = "\n".join(lines)
+    return joined if len(joined) <= width else joined[: width - 3] + "..."
+
+
+# ----------------------------------------------------------------------------
+# Running
+
+
+def run_checks(
+    step: str, checks: list[Check], learner_path: Path, solution_path: Path
+) -> list[Outcome]:
+    """Load both files and run every check; never raises for learner errors."""
+    start = time.perf_counter()
+    solution = load_file(solution_path)
+    try:
+        learner = load_file(learner_path)
+    except Exception as exc:  # the learner's file does not even import
+        message, hint = describe_exception(exc, learner_path)
+        return [Outcome("your file imports", False, time.perf_counter() - start, message, hint)]
+    context = StepContext(step, learner_path, learner, solution)
+    outcomes = []
+    for check in checks:
+        t0 = time.perf_counter()
+        try:
+            check.run(context)
+        except CheckFailed as failure:
+            outcomes.append(
+                Outcome(check.name, False, time.perf_counter() - t0, failure.message, failure.hint or check.hint)
+            )
+        except Exception as exc:
+            message, hint = describe_exception(exc, learner_path)
+            outcomes.append(Outcome(check.name, False, time.perf_counter() - t0, message, hint))
+        else:
+            outcomes.append(Outcome(check.name, True, time.perf_counter() - t0))
+    return outcomes
+
+
+# ----------------------------------------------------------------------------
+# Numbers
+
+
+def assert_close(actual, expected: np.ndarray, what: str, hint: str | None = None) -> None:
+    """Shape, dtype and values of ``actual`` must match ``expected`` (fp32 tolerance)."""
+    actual = to_numpy(actual, what)
+    if actual.shape != expected.shape:
+        raise CheckFailed(
+            f"{what}: shape {list(actual.shape)}, expected {list(expected.shape)}",
+            hint or "compare the shapes step by step: print(t.shape) after each line",
+        )
+    if actual.dtype != expected.dtype:
+        raise CheckFailed(f"{what}: dtype {actual.dtype}, expected {expected.dtype}", hint)
+    if not close(actual, expected):
+        raise CheckFailed(f"{what}: {mismatch(actual, expected)}", hint)
+
+
+def close(actual: np.ndarray, expected: np.ndarray) -> bool:
+    return actual.shape == expected.shape and bool(
+        np.allclose(actual, expected, rtol=RTOL, atol=ATOL, equal_nan=True)
+    )
+
+
+def mismatch(actual: np.ndarray, expected: np.ndarray) -> str:
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    diff = np.where(np.isnan(diff) & ~(np.isnan(actual) & np.isnan(expected)), np.inf, diff)
+    diff = np.where(np.isnan(diff), 0, diff)  # both NaN: equal
+    diff = np.where(np.isinf(actual) & np.isinf(expected) & (np.sign(actual) == np.sign(expected)), 0, diff)
+    index = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    return (
+        f"values differ (largest difference {diff[index]:.3g} at index {list(map(int, index))}: "
+        f"got {actual[index]:.6g}, expected {expected[index]:.6g})"
+    )
+
+
+def to_numpy(value, what: str) -> np.ndarray:
+    """A MAX tensor (or anything array-like) as a numpy array, or CheckFailed."""
+    if value is None:
+        raise CheckFailed(f"{what}: got None", "a function (or forward) must end with `return <result>`")
+    if isinstance(value, np.ndarray):
+        return value
+    to_np = getattr(value, "to_numpy", None)
+    if to_np is None:
+        raise CheckFailed(f"{what}: got a {type(value).__name__}, expected a Tensor")
+    return to_np()
+
+
+def diagnose(actual: np.ndarray, mistakes: dict[str, np.ndarray]) -> str | None:
+    """The hint of the first known mistake whose output ``actual`` matches."""
+    for hint, wrong in mistakes.items():
+        if close(actual, wrong):
+            return hint
+    return None

@@ -1,0 +1,100 @@
+"""Running learner modules on MAX, the fast way for many small variants.
+
+Every learner edit is a new program. Compiling it as a graph costs 45-100 s on
+a 2-core machine; running it eagerly on MAX's warmed interpreter cache costs
+seconds. So checks build modules under ``F.lazy()`` (no random init, which
+would be eager work), load fixed weights with ``load_state_dict``, and call
+them eagerly on numpy inputs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from checker.harness import CheckFailed, to_numpy
+
+# (batch, sequence length): batch 1 and 2, a single token, a short and a long
+# (> 64) sequence.
+SHAPES = [(1, 1), (2, 7), (1, 70), (2, 70)]
+
+
+def build(cls, *args, weights: dict[str, np.ndarray] | None = None, **kwargs):
+    """``cls(*args, **kwargs)`` built lazily, then loaded with ``weights``."""
+    from max.experimental import functional as F
+
+    with F.lazy():
+        module = cls(*args, **kwargs)
+    if weights is not None:
+        module.load_state_dict(weights)
+    return module
+
+
+def tensor(array: np.ndarray):
+    from max.experimental.tensor import Tensor
+
+    return Tensor.from_dlpack(np.ascontiguousarray(array))
+
+
+def run(module, *inputs: np.ndarray, what: str = "forward") -> np.ndarray:
+    """Call ``module`` eagerly on numpy inputs and return numpy."""
+    result = module(*(tensor(x) for x in inputs))
+    return to_numpy(result, what)
+
+
+def parameter_shapes(module) -> dict[str, list[int]]:
+    return {name: [int(d) for d in t.shape] for name, t in module.parameters}
+
+
+def assert_parameters(learner_module, solution_module, hint: str) -> None:
+    """Same parameter names and shapes as the solution's module."""
+    got = parameter_shapes(learner_module)
+    want = parameter_shapes(solution_module)
+    missing = [n for n in want if n not in got]
+    extra = [n for n in got if n not in want]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(f"`{n}` {want[n]}" for n in missing))
+        if extra:
+            parts.append("unexpected " + ", ".join(f"`{n}` {got[n]}" for n in extra))
+        raise CheckFailed("parameters: " + "; ".join(parts), hint)
+    for name, shape in want.items():
+        if got[name] != shape:
+            raise CheckFailed(f"parameter `{name}` has shape {got[name]}, expected {shape}", hint)
+
+
+def random_weights(shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Small random float32 weights for every parameter (norm scales near 1)."""
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for name, shape in shapes.items():
+        if name.endswith("weight") and len(shape) == 1:  # a layer norm's scale
+            value = 1.0 + 0.1 * rng.standard_normal(shape)
+        else:
+            value = 0.2 * rng.standard_normal(shape)
+        weights[name] = value.astype(np.float32)
+    return weights
+
+
+@lru_cache(maxsize=1)
+def interpreter_cache_is_warm() -> bool | None:
+    """Whether ``max warm-interpreter-cache`` has run on this machine (None: unknown)."""
+    beside_python = Path(sys.executable).parent / "max"
+    max_cli = str(beside_python) if beside_python.exists() else shutil.which("max")
+    if max_cli is None:
+        return None
+    try:
+        done = subprocess.run(
+            [max_cli, "warm-interpreter-cache", "--check"], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode not in (0, 1):
+        return None
+    return done.returncode == 0

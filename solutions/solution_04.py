@@ -1,0 +1,65 @@
+"""Step 04: the feed-forward network, ``GPT2MLP``.
+
+What
+    Two linear layers with a GELU between them, applied to every position on
+    its own:
+
+        c_fc:   n_embd   -> 4 * n_embd      ("fully connected", widens)
+        gelu_new                            (elementwise non-linearity)
+        c_proj: 4 * n_embd -> n_embd        ("projection", back to the width)
+
+Why
+    Attention mixes information *between* positions; the MLP transforms each
+    position's vector *on its own*, and holds about two thirds of GPT-2's
+    parameters. The names ``c_fc`` and ``c_proj`` are the ones in GPT-2
+    checkpoints (``h.0.mlp.c_fc.weight``), so pretrained weights load with no
+    renaming.
+
+The math
+    GPT-2 uses the tanh approximation of GELU (Hugging Face calls it
+    ``gelu_new``), not the exact erf form:
+
+        gelu_new(x) = 0.5 * x * (1 + tanh( sqrt(2 / pi) * (x + 0.044715 * x^3) ))
+
+    The two differ by up to ~1e-3: enough to be caught by a numeric check, and
+    enough to drift pretrained outputs away from Hugging Face's.
+
+Useful MAX calls
+    ``nn.Linear(in_dim, out_dim)`` (weight [out, in], bias [out]), ``F.tanh``,
+    ``x * x * x`` or ``x ** 3``, ``math.sqrt`` / ``math.pi`` for the constant.
+
+Check your work with ``pixi run s04``.
+"""
+
+import math
+
+from max.experimental import functional as F
+from max.experimental import nn
+from max.experimental.tensor import Tensor
+
+from solutions.solution_01 import GPT2Config
+
+
+def gelu_new(x: Tensor) -> Tensor:
+    """GELU, tanh approximation (GPT-2's activation)."""
+    # BEGIN SOLUTION
+    return 0.5 * x * (1.0 + F.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+    # END SOLUTION
+
+
+class GPT2MLP(nn.Module):
+    """c_fc -> gelu_new -> c_proj, with Hugging Face's names."""
+
+    def __init__(self, config: GPT2Config) -> None:
+        super().__init__()
+        # Two nn.Linear layers with bias: c_fc widens n_embd to 4 * n_embd,
+        # c_proj brings it back.
+        # BEGIN SOLUTION
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+        # END SOLUTION
+
+    def forward(self, x: Tensor) -> Tensor:
+        # BEGIN SOLUTION
+        return self.c_proj(gelu_new(self.c_fc(x)))
+        # END SOLUTION

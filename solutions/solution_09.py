@@ -1,0 +1,60 @@
+"""Step 09: the transformer block, ``GPT2Block``.
+
+What
+    One of GPT-2's identical layers, wired pre-LN (step 08):
+
+        x = x + attn(ln_1(x))       attention: positions read from each other
+        x = x + mlp(ln_2(x))        MLP: each position thinks on its own
+
+    with Hugging Face's names: ``ln_1``, ``attn``, ``ln_2``, ``mlp``. Pretrained
+    weights then load straight in (``h.3.attn.c_attn.weight``, ``h.3.ln_2.bias``).
+
+Why
+    Everything GPT-2 does happens in 12 (to 48) repetitions of this block.
+    Attention returns its keys and values as well as its output; the block
+    passes them on, so that the model can cache them.
+
+Built from your earlier steps
+    ``LayerNorm`` (03), ``GPT2MultiHeadAttention`` (07), ``GPT2MLP`` (04),
+    ``pre_norm_residual`` (08). They are imported from your own step files, so
+    the block runs on the code you wrote.
+
+Check your work with ``pixi run s09``.
+"""
+
+from max.experimental import nn
+from max.experimental.tensor import Tensor
+
+from solutions.solution_01 import GPT2Config
+from solutions.solution_03 import LayerNorm
+from solutions.solution_04 import GPT2MLP
+from solutions.solution_07 import GPT2MultiHeadAttention
+from solutions.solution_08 import pre_norm_residual
+
+
+class GPT2Block(nn.Module):
+    """ln_1 -> attn -> residual, ln_2 -> mlp -> residual."""
+
+    def __init__(self, config: GPT2Config) -> None:
+        super().__init__()
+        # Four children named as in GPT-2 checkpoints; both norms use
+        # config.layer_norm_epsilon.
+        # BEGIN SOLUTION
+        self.ln_1 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.attn = GPT2MultiHeadAttention(config)
+        self.ln_2 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.mlp = GPT2MLP(config)
+        # END SOLUTION
+
+    def forward(
+        self, x: Tensor, past_key: Tensor | None = None, past_value: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Returns (x after the block, keys, values) like the attention does."""
+        # The attention's residual is written out by hand (it also returns the
+        # keys and values); the MLP's goes through pre_norm_residual.
+        # BEGIN SOLUTION
+        attn_out, key, value = self.attn(self.ln_1(x), past_key, past_value)
+        x = x + attn_out
+        x = pre_norm_residual(x, self.ln_2, self.mlp)
+        return x, key, value
+        # END SOLUTION

@@ -1,0 +1,68 @@
+"""Step 10: the stacked model, ``GPT2Model``.
+
+What
+    Token ids in, one vector per position out:
+
+        x = wte(ids) + wpe(seq, past)        [batch, seq, n_embd]
+        for block in h:  x = block(x)        n_layer blocks
+        return ln_f(x)
+
+    with Hugging Face's names: ``wte``, ``wpe``, ``h`` (a list of blocks, so
+    parameters read ``h.0.attn.c_attn.weight``, ``h.1...``) and ``ln_f``.
+
+Why
+    This is the whole transformer. ``ln_f`` is needed because of pre-LN
+    (step 08): the residual stream is never normalised inside the stack, so
+    it is normalised once at the end.
+
+The cache
+    ``forward(ids, past)`` takes ``past``, a list with one ``(key, value)`` pair
+    per block (or None), and returns the new list beside the output. The
+    positions of the new tokens start after the cached ones:
+    ``past_len = past[0][0].shape[2]``.
+
+Useful MAX calls
+    ``nn.ModuleList([...])`` holds the blocks (its children are named 0, 1, ...).
+
+Check your work with ``pixi run s10``.
+"""
+
+from max.experimental import nn
+from max.experimental.tensor import Tensor
+
+from solutions.solution_01 import GPT2Config
+from solutions.solution_03 import LayerNorm
+from solutions.solution_05 import TokenEmbedding
+from solutions.solution_06 import PositionEmbedding
+from solutions.solution_09 import GPT2Block
+
+# One (key, value) pair per block, each [batch, n_head, positions, head_dim].
+KVCache = list[tuple[Tensor, Tensor]]
+
+
+class GPT2Model(nn.Module):
+    """Embeddings, n_layer blocks and the final layer norm."""
+
+    def __init__(self, config: GPT2Config) -> None:
+        super().__init__()
+        self.config = config
+        # BEGIN SOLUTION
+        self.wte = TokenEmbedding(config.vocab_size, config.n_embd)
+        self.wpe = PositionEmbedding(config.n_positions, config.n_embd)
+        self.h = nn.ModuleList([GPT2Block(config) for _ in range(config.n_layer)])
+        self.ln_f = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        # END SOLUTION
+
+    def forward(self, ids: Tensor, past: KVCache | None = None) -> tuple[Tensor, KVCache]:
+        """ids [batch, seq] -> (hidden [batch, seq, n_embd], new cache)."""
+        # BEGIN SOLUTION
+        seq = ids.shape[1]
+        past_len = past[0][0].shape[2] if past is not None else 0
+        x = self.wte(ids) + self.wpe(seq, past_len)
+        present: KVCache = []
+        for i, block in enumerate(self.h):
+            past_key, past_value = past[i] if past is not None else (None, None)
+            x, key, value = block(x, past_key, past_value)
+            present.append((key, value))
+        return self.ln_f(x), present
+        # END SOLUTION

@@ -1,0 +1,49 @@
+"""Step 03: layer normalization.
+
+What
+    ``LayerNorm(dim, eps=1e-5)``: a module with a learned ``weight`` (scale,
+    starts at 1) and ``bias`` (shift, starts at 0), both of shape ``[dim]``,
+    that normalises each vector along its last axis.
+
+Why
+    Deep stacks of blocks train and run stably only if the activations keep a
+    steady scale. Layer norm re-centres and re-scales each token's vector on
+    its own (no statistics across the batch), then lets the model choose the
+    scale and shift it prefers. GPT-2 applies one before attention, one before
+    the MLP in every block, and one at the very end (``ln_f``). The parameter
+    names ``weight`` and ``bias`` are the ones in GPT-2 checkpoints.
+
+The math, over the last axis of x (n = dim features)
+    mean = sum(x) / n
+    var  = sum((x - mean)^2) / n          biased: divide by n, not n - 1
+    y    = (x - mean) / sqrt(var + eps) * weight + bias
+
+    eps = 1e-5 keeps the division finite when a vector is constant.
+
+Useful MAX calls
+    ``x.mean(axis=-1)`` keeps the reduced axis (size 1), so it broadcasts back
+    against ``x``; ``F.sqrt``/``F.rsqrt``; ``Tensor.ones([dim])``/``Tensor.zeros``.
+    (``F.layer_norm`` exists; write it from the formula here so you see it.)
+
+Check your work with ``pixi run s03``.
+"""
+
+from max.experimental import functional as F
+from max.experimental import nn
+from max.experimental.tensor import Tensor
+
+
+class LayerNorm(nn.Module):
+    """Layer norm over the last axis with a learned scale and shift."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        # A learned scale of ones and a shift of zeros, each of shape [dim],
+        # named exactly as in GPT-2 checkpoints.
+        raise NotImplementedError("TODO(step 03): replace this line with your code")
+
+    def forward(self, x: Tensor) -> Tensor:
+        # Normalise over the last axis with the biased variance, add eps inside
+        # the square root, then scale and shift.
+        raise NotImplementedError("TODO(step 03): replace this line with your code")

@@ -1,0 +1,53 @@
+"""Step 10: the stacked model, ``GPT2Model``.
+
+What
+    Token ids in, one vector per position out:
+
+        x = wte(ids) + wpe(seq, past)        [batch, seq, n_embd]
+        for block in h:  x = block(x)        n_layer blocks
+        return ln_f(x)
+
+    with Hugging Face's names: ``wte``, ``wpe``, ``h`` (a list of blocks, so
+    parameters read ``h.0.attn.c_attn.weight``, ``h.1...``) and ``ln_f``.
+
+Why
+    This is the whole transformer. ``ln_f`` is needed because of pre-LN
+    (step 08): the residual stream is never normalised inside the stack, so
+    it is normalised once at the end.
+
+The cache
+    ``forward(ids, past)`` takes ``past``, a list with one ``(key, value)`` pair
+    per block (or None), and returns the new list beside the output. The
+    positions of the new tokens start after the cached ones:
+    ``past_len = past[0][0].shape[2]``.
+
+Useful MAX calls
+    ``nn.ModuleList([...])`` holds the blocks (its children are named 0, 1, ...).
+
+Check your work with ``pixi run s10``.
+"""
+
+from max.experimental import nn
+from max.experimental.tensor import Tensor
+
+from steps.step_01 import GPT2Config
+from steps.step_03 import LayerNorm
+from steps.step_05 import TokenEmbedding
+from steps.step_06 import PositionEmbedding
+from steps.step_09 import GPT2Block
+
+# One (key, value) pair per block, each [batch, n_head, positions, head_dim].
+KVCache = list[tuple[Tensor, Tensor]]
+
+
+class GPT2Model(nn.Module):
+    """Embeddings, n_layer blocks and the final layer norm."""
+
+    def __init__(self, config: GPT2Config) -> None:
+        super().__init__()
+        self.config = config
+        raise NotImplementedError("TODO(step 10): replace this line with your code")
+
+    def forward(self, ids: Tensor, past: KVCache | None = None) -> tuple[Tensor, KVCache]:
+        """ids [batch, seq] -> (hidden [batch, seq, n_embd], new cache)."""
+        raise NotImplementedError("TODO(step 10): replace this line with your code")

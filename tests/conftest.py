@@ -1,0 +1,49 @@
+"""Shared helpers for the test suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from checker import __main__ as cli
+from checker.harness import Outcome, run_checks
+from checker.skeleton import ROOT, make_skeleton
+
+SOLUTIONS = ROOT / "solutions"
+
+
+def written_steps() -> list[str]:
+    """Steps whose checks exist (the rest are announced as coming)."""
+    return [step for step in cli.STEP_TITLES if cli.checks_module(step) is not None]
+
+
+def solution_path(step: str) -> Path:
+    return SOLUTIONS / f"solution_{step}.py"
+
+
+def check_file(step: str, path: Path) -> list[Outcome]:
+    return run_checks(step, cli.checks_module(step).CHECKS, path, solution_path(step))
+
+
+def mutate(step: str, tmp_path: Path, replacements: list[tuple[str, str]]) -> Path:
+    """A copy of the solution with each ``old`` replaced by ``new`` (exactly once)."""
+    text = solution_path(step).read_text()
+    for old, new in replacements:
+        assert text.count(old) == 1, f"seeded mistake does not apply: {old!r} occurs {text.count(old)} times"
+        text = text.replace(old, new)
+    path = tmp_path / f"mutant_{step}.py"
+    path.write_text(text)
+    return path
+
+
+def skeleton_file(step: str, tmp_path: Path) -> Path:
+    """The untouched skeleton, generated fresh (steps/ may hold a learner's work)."""
+    path = tmp_path / f"skeleton_{step}.py"
+    path.write_text(make_skeleton(solution_path(step).read_text(), step))
+    return path
+
+
+@pytest.fixture(params=written_steps())
+def step(request) -> str:
+    return request.param

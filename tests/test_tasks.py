@@ -1,0 +1,80 @@
+"""pixi.toml is real: it parses, names Python 3.13 and the project's dependencies,
+has every task, and every task's command runs in the pip environment (tasks.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+
+from checker import __main__ as cli
+from checker.skeleton import ROOT
+
+PIXI = tomllib.loads((ROOT / "pixi.toml").read_text())
+TASKS = PIXI["tasks"]
+
+
+def tasks_py(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tasks.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_pixi_manifest_shape():
+    assert PIXI["dependencies"]["python"] == "3.13.*"
+    assert (ROOT / ".python-version").read_text().strip() == "3.13"
+    project = PIXI["pypi-dependencies"]["gpt2-on-max"]
+    assert project["path"] == "." and "test" in project["extras"]
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["name"] == "gpt2-on-max"
+    assert all("==" in dep for dep in pyproject["project"]["dependencies"]), "pin every dependency"
+
+
+def test_every_step_has_a_task_and_the_suite_too():
+    for step in cli.STEP_TITLES:
+        assert TASKS[f"s{step}"]["cmd"] == f"python -m checker {step}"
+    for name in ("test", "test-all", "warm", "skeletons"):
+        assert name in TASKS
+    assert all(spec.get("description") for spec in TASKS.values())
+
+
+def test_readme_test_command_is_the_test_task_and_ci_runs_it():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "pixi run test" in readme and "python3.13 tasks.py test" in readme
+    assert "tasks.py test" in ci
+
+
+def test_tasks_py_lists_tasks_from_pixi():
+    listed = tasks_py("--list")
+    assert listed.returncode == 0
+    for name in TASKS:
+        assert f"  {name} " in listed.stdout
+
+
+def test_tasks_py_rejects_unknown_task():
+    done = tasks_py("nope")
+    assert done.returncode == 2 and "no task 'nope'" in done.stderr
+
+
+def test_step_tasks_run_through_tasks_py():
+    # s01 checks steps/step_01.py: it either passes (a learner finished it) or
+    # fails with the checker's report; both mean the command ran.
+    done = tasks_py("s01", "--no-color")
+    assert done.returncode in (0, 1), done.stderr
+    assert "Step 01:" in done.stdout and "checks passed" in done.stdout
+    for step in cli.STEP_TITLES:
+        if cli.checks_module(step) is None:
+            coming = tasks_py(f"s{step}")
+            assert coming.returncode == 0 and "coming in a later release" in coming.stdout
+            break
+
+
+def test_other_tasks_run_through_tasks_py():
+    assert tasks_py("skeletons", "--check").returncode == 0
+    warm = tasks_py("warm", "--check")  # asks MAX whether it is warm; compiles nothing
+    assert warm.returncode in (0, 1) and "provisioned" in warm.stdout
+    suite = tasks_py("test", "--collect-only", "-q", "tests/test_skeletons.py")
+    assert suite.returncode == 0 and "test_regions_become_placeholders" in suite.stdout
+    every = tasks_py("test-all", "--solution", "--no-color")
+    assert every.returncode == 0 and "Progress:" in every.stdout
