@@ -110,29 +110,35 @@ def load_file(path: Path, module_name: str | None = None) -> ModuleType:
 
 
 def describe_exception(exc: BaseException, learner_path: Path) -> tuple[str, str]:
-    """A one-paragraph message and a hint for an exception from learner code."""
+    """A one-paragraph message and a hint for an exception from learner code.
+
+    The frame shown is the last one in the learner's file or, when the error
+    came from an earlier step the file imports (steps/step_NN.py), that one."""
     learner_path = learner_path.resolve()
-    frames = traceback.extract_tb(exc.__traceback__)
     if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == learner_path:
-        where = f"{learner_path.name}:{exc.lineno}"
-        return f"{where}: SyntaxError: {exc.msg}", "fix the syntax on that line"
-    in_learner = [f for f in frames if Path(f.filename).resolve() == learner_path]
-    where = ""
-    if in_learner:
-        frame = in_learner[-1]
+        return f"{learner_path.name}:{exc.lineno}: SyntaxError: {exc.msg}", "fix the syntax on that line"
+    frames = traceback.extract_tb(exc.__traceback__)
+    learner_files = {learner_path}
+    ours = [f for f in frames if Path(f.filename).resolve() in learner_files or _in_steps(f.filename)]
+    where, hint = "", "read the line above: that is where your code failed"
+    if ours:
+        frame = ours[-1]
         code = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
-        where = f"{learner_path.name}:{frame.lineno} in {frame.name}: `{code}`\n"
-    text = _first_lines(str(exc))
-    if isinstance(exc, NotImplementedError) and TODO_MARK in str(exc):
-        return (
-            f"{where}this part is still a TODO",
-            "replace the `raise NotImplementedError(...)` line with your code",
-        )
-    kind = type(exc).__name__
-    hint = "read the line above: that is where your code failed"
-    if not in_learner:
+        where = f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}: `{code}`\n"
+        if Path(frame.filename).resolve() != learner_path:
+            earlier = Path(frame.filename).stem.removeprefix("step_")
+            hint = f"this step runs your step {earlier}: finish it first (pixi run s{earlier})"
+    else:
         hint = "the error did not pass through your file; check the names and signatures the step asks for"
-    return f"{where}{kind}: {text}", hint
+    if isinstance(exc, NotImplementedError) and TODO_MARK in str(exc):
+        if ours and Path(ours[-1].filename).resolve() == learner_path:
+            hint = "replace the `raise NotImplementedError(...)` line with your code"
+        return f"{where}this part is still a TODO", hint
+    return f"{where}{type(exc).__name__}: {_first_lines(str(exc))}", hint
+
+
+def _in_steps(filename: str) -> bool:
+    return Path(filename).resolve().parent == ROOT / "steps"
 
 
 def _first_lines(text: str, limit: int = 3, width: int = 300) -> str:
@@ -214,7 +220,7 @@ def mismatch(actual: np.ndarray, expected: np.ndarray) -> str:
 def to_numpy(value, what: str) -> np.ndarray:
     """A MAX tensor (or anything array-like) as a numpy array, or CheckFailed."""
     if value is None:
-        raise CheckFailed(f"{what}: got None", "a function (or forward) must end with `return <result>`")
+        raise CheckFailed(f"{what} returned None", "a function (or forward) must end with `return <result>`")
     if isinstance(value, np.ndarray):
         return value
     to_np = getattr(value, "to_numpy", None)
@@ -229,3 +235,15 @@ def diagnose(actual: np.ndarray, mistakes: dict[str, np.ndarray]) -> str | None:
         if close(actual, wrong):
             return hint
     return None
+
+
+def compare(actual, expected: np.ndarray, what: str, hint: str,
+            mistakes: Callable[[], dict[str, np.ndarray]] | None = None) -> None:
+    """Like ``assert_close``, but a wrong answer that equals a known mistake's
+    output (``mistakes()`` maps hint -> that output) fails with that hint."""
+    actual = to_numpy(actual, what)
+    if mistakes is not None and actual.shape == expected.shape and not close(actual, expected):
+        known = diagnose(actual, mistakes())
+        if known:
+            raise CheckFailed(f"{what}: wrong values", known)
+    assert_close(actual, expected, what, hint)

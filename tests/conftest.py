@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +50,15 @@ def skeleton_file(step: str, tmp_path: Path) -> Path:
 @pytest.fixture(params=written_steps())
 def step(request) -> str:
     return request.param
+
+
+def run_python(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run this interpreter in a child process from the repository root.
+
+    The environment is passed explicitly: once MAX has run an eager op, its
+    native runtime has set PYTHONEXECUTABLE and PYTHONPATH in the C-level
+    environment (not in os.environ), and a child that inherits them no longer
+    finds the virtual environment's packages."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
+    )

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
-from conftest import check_file, skeleton_file, solution_path
-
-from checker.skeleton import ROOT
+from conftest import check_file, run_python, skeleton_file, solution_path
 
 
 def test_every_check_passes_on_the_solution(step):
@@ -25,9 +22,7 @@ def test_untouched_skeleton_fails_with_a_todo_hint(step, tmp_path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "checker", *args, "--no-color"], cwd=ROOT, capture_output=True, text=True
-    )
+    return run_python("-m", "checker", *args, "--no-color")
 
 
 def test_cli_exit_codes_and_hint(tmp_path):

@@ -20,7 +20,7 @@ MISTAKES = [
     ("01", "wrong gpt2-medium heads",
      [('"gpt2-medium": dict(n_layer=24, n_head=16', '"gpt2-medium": dict(n_layer=24, n_head=12')], "gpt2-medium"),
     # step 02: the causal mask
-    ("02", "mask hides the diagonal", [("F.greater(", "F.greater_equal(")], "use >, not >="),
+    ("02", "mask hides the diagonal", [("hidden = F.greater(", "hidden = F.greater_equal(")], "use >, not >="),
     ("02", "mask off by the offset", [("Tensor.arange(past_len, total,", "Tensor.arange(0, seq_len,")], "add past_len"),
     ("02", "mask inverted", [("F.where(hidden, minus_inf, zero)", "F.where(hidden, zero, minus_inf)")], "not the other way round"),
     ("02", "finite mask values", [('float("-inf")', "-1.0")], "float('-inf')"),
@@ -30,7 +30,7 @@ MISTAKES = [
     ("03", "variance with Bessel's correction",
      [("var = (centered * centered).mean(axis=-1)",
        "var = (centered * centered).sum(axis=-1) / (int(x.shape[-1]) - 1)")], "Bessel"),
-    ("03", "layer norm without eps", [("F.rsqrt(var + self.eps)", "F.rsqrt(var)")], "eps to the variance"),
+    ("03", "layer norm without eps", [("F.rsqrt(var + self.eps)", "F.rsqrt(var)")], "add eps = 1e-5"),
     ("03", "wrong eps value", [("eps: float = 1e-5", "eps: float = 1e-6")], "1e-5"),
     ("03", "BERT's eps value", [("eps: float = 1e-5", "eps: float = 1e-12")], "1e-12"),
     ("03", "eps outside the square root", [("F.rsqrt(var + self.eps)", "(1.0 / (F.sqrt(var) + self.eps))")], "inside the square root"),

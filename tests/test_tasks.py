@@ -4,8 +4,9 @@ has every task, and every task's command runs in the pip environment (tasks.py).
 from __future__ import annotations
 
 import subprocess
-import sys
 import tomllib
+
+from conftest import run_python
 
 from checker import __main__ as cli
 from checker.skeleton import ROOT
@@ -15,9 +16,7 @@ TASKS = PIXI["tasks"]
 
 
 def tasks_py(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "tasks.py"), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+    return run_python(str(ROOT / "tasks.py"), *args, timeout=timeout)
 
 
 def test_pixi_manifest_shape():

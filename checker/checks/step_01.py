@@ -80,7 +80,11 @@ def check_sizes(ctx: StepContext) -> None:
     for name, (n_layer, n_head, n_embd) in PUBLISHED.items():
         if name not in sizes:
             raise CheckFailed(f"GPT2_SIZES has no entry {name!r}", "one entry per published size")
-        config = ctx.learner.GPT2Config.from_name(name)
+        try:
+            config = ctx.learner.GPT2Config.from_name(name)
+        except ValueError as exc:
+            raise CheckFailed(f"GPT2Config.from_name({name!r}) raised ValueError: {exc}",
+                              "copy the sizes from the table at the top of the step") from exc
         got = (config.n_layer, config.n_head, config.n_embd)
         if got != (n_layer, n_head, n_embd):
             raise CheckFailed(

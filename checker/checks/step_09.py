@@ -1,0 +1,75 @@
+"""Checks for step 09: GPT2Block."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from checker import maxrun, oracle
+from checker.harness import Check, CheckFailed, StepContext, compare
+
+TITLE = "the transformer block"
+USES_MAX = True
+CONFIG = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=2, n_head=4)
+E, H = CONFIG["n_embd"], CONFIG["n_head"]
+USES = "this step runs your steps 03, 04, 07 and 08: make sure their checks pass"
+
+
+def _modules(ctx: StepContext):
+    if "modules" not in ctx.cache:
+        solution = maxrun.build(ctx.solution.GPT2Block, ctx.solution.GPT2Config(**CONFIG))
+        weights = maxrun.random_weights(maxrun.parameter_shapes(solution), seed=9)
+        solution.load_state_dict(weights)
+        learner = maxrun.build(ctx.learner.GPT2Block, ctx.learner.GPT2Config(**CONFIG), weights=weights)
+        ctx.cache["modules"] = learner, solution, weights
+    return ctx.cache["modules"]
+
+
+def check_parameters(ctx: StepContext) -> None:
+    learner = maxrun.build(ctx.learner.GPT2Block, ctx.learner.GPT2Config(**CONFIG))
+    solution = maxrun.build(ctx.solution.GPT2Block, ctx.solution.GPT2Config(**CONFIG))
+    maxrun.assert_parameters(learner, solution, "children named ln_1, attn, ln_2, mlp (Hugging Face's names)")
+
+
+def _mistakes(x, w, past=None):
+    def variant(wiring):
+        return oracle.block(x, w, H, past=past, wiring=wiring)[0]
+
+    return {
+        "ln_1 goes before attention and ln_2 before the MLP (they are swapped)": variant("swapped_norms"),
+        "add the attention's output to x (the residual): x = x + attn(ln_1(x))": variant("no_attn_residual"),
+        "add the MLP's output to x (the residual): x = x + mlp(ln_2(x))": variant("no_mlp_residual"),
+        "GPT-2 is pre-LN: x + sublayer(norm(x)), not norm(x + sublayer(x))": variant("post_ln"),
+        "attention comes first, then the MLP": variant("mlp_first"),
+    }
+
+
+def check_forward(ctx: StepContext) -> None:
+    learner, solution, weights = _modules(ctx)
+    rng = np.random.default_rng(90)
+    for batch, seq in maxrun.SHAPES:
+        x = rng.standard_normal((batch, seq, E)).astype(np.float32)
+        got = maxrun.run(learner, x)
+        if not isinstance(got, tuple) or len(got) != 3:
+            raise CheckFailed("forward must return a tuple (x, keys, values)", "end with `return x, key, value`")
+        expected = maxrun.run(solution, x)
+        compare(got[0], expected[0], f"GPT2Block on x of shape {[batch, seq, E]}", USES,
+                lambda: _mistakes(x, weights))
+        compare(got[1], expected[1], "returned keys", "return the keys the attention gave back")
+        compare(got[2], expected[2], "returned values", "return the values the attention gave back")
+
+
+def check_cache(ctx: StepContext) -> None:
+    learner, solution, _ = _modules(ctx)
+    x = np.random.default_rng(91).standard_normal((2, 10, E)).astype(np.float32)
+    full = maxrun.run(solution, x)
+    _, past_k, past_v = maxrun.run(solution, x[:, :-2])
+    got = maxrun.run(learner, x[:, -2:], past_k, past_v)
+    compare(got[0], full[0][:, -2:], "2 new tokens after 8 cached", "pass past_key and past_value on to self.attn")
+
+
+CHECKS = [
+    Check("children ln_1, attn, ln_2, mlp with Hugging Face's parameter names", check_parameters,
+          "self.ln_1, self.attn, self.ln_2, self.mlp"),
+    Check("matches the solution at batch 1-2, lengths 1, 7, 70", check_forward, USES),
+    Check("with a KV cache, new tokens match a full forward", check_cache, "pass the cache to the attention"),
+]
