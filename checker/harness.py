@@ -152,9 +152,10 @@ def _first_lines(text: str, limit: int = 3, width: int = 300) -> str:
 
 
 def run_checks(
-    step: str, checks: list[Check], learner_path: Path, solution_path: Path
+    step: str, checks: list[Check], learner_path: Path, solution_path: Path, *, stop_at_failure: bool = False
 ) -> list[Outcome]:
-    """Load both files and run every check; never raises for learner errors."""
+    """Load both files and run the checks (all of them, or up to the first
+    failure); never raises for learner errors."""
     start = time.perf_counter()
     solution = load_file(solution_path)
     try:
@@ -177,6 +178,8 @@ def run_checks(
             outcomes.append(Outcome(check.name, False, time.perf_counter() - t0, message, hint))
         else:
             outcomes.append(Outcome(check.name, True, time.perf_counter() - t0))
+        if stop_at_failure and not outcomes[-1].passed:
+            break
     return outcomes
 
 

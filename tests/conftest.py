@@ -25,8 +25,8 @@ def solution_path(step: str) -> Path:
     return SOLUTIONS / f"solution_{step}.py"
 
 
-def check_file(step: str, path: Path) -> list[Outcome]:
-    return run_checks(step, cli.checks_module(step).CHECKS, path, solution_path(step))
+def check_file(step: str, path: Path, stop_at_failure: bool = False) -> list[Outcome]:
+    return run_checks(step, cli.checks_module(step).CHECKS, path, solution_path(step), stop_at_failure=stop_at_failure)
 
 
 def mutate(step: str, tmp_path: Path, replacements: list[tuple[str, str]]) -> Path:

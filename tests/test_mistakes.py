@@ -38,12 +38,90 @@ MISTAKES = [
     ("03", "scale starts at zero", [("self.weight = Tensor.ones([dim])", "self.weight = Tensor.zeros([dim])")], "weight is not all 1"),
     ("03", "parameter named as in PyTorch docs",
      [("self.bias = Tensor.zeros([dim])", "self.beta = Tensor.zeros([dim])"), ("+ self.bias", "+ self.beta")], "`bias`"),
+    # step 04: the MLP
+    ("04", "exact GELU", [("return 0.5 * x * (1.0 + F.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))", "return F.gelu(x)")], "not the exact erf GELU"),
+    ("04", "ReLU", [("return 0.5 * x * (1.0 + F.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))", "return F.relu(x)")], "ReLU"),
+    ("04", "gelu constant off by 10", [("(x + 0.044715 * x * x * x)", "(x + 0.44715 * x * x * x)")], "0.044715"),
+    ("04", "hidden width 3 * n_embd",
+     [("nn.Linear(config.n_embd, 4 * config.n_embd)", "nn.Linear(config.n_embd, 3 * config.n_embd)"),
+      ("nn.Linear(4 * config.n_embd, config.n_embd)", "nn.Linear(3 * config.n_embd, config.n_embd)")], "4 * n_embd"),
+    ("04", "no activation", [("self.c_proj(gelu_new(self.c_fc(x)))", "self.c_proj(self.c_fc(x))")], "apply gelu_new between"),
+    # step 05: token embeddings
+    ("05", "scaled by sqrt(n_embd)",
+     [("return F.gather(self.weight, ids, axis=0)", "return F.gather(self.weight, ids, axis=0) * float(int(self.weight.shape[1]) ** 0.5)")],
+     "does not scale"),
+    ("05", "table transposed",
+     [("random.normal([vocab_size, n_embd])", "random.normal([n_embd, vocab_size])"),
+      ("F.gather(self.weight, ids, axis=0)", "F.gather(self.weight, ids, axis=1).transpose(1, 2)")], "[vocab_size, n_embd]"),
+    ("05", "ids shifted by one", [("F.gather(self.weight, ids, axis=0)", "F.gather(self.weight, ids - 1, axis=0)")], "no shift"),
+    # step 06: position embeddings
+    ("06", "positions start at 1",
+     [("past_len, past_len + seq_len, dtype", "past_len + 1, past_len + seq_len + 1, dtype")], "not 1"),
+    ("06", "offset ignored", [("past_len, past_len + seq_len, dtype", "0, seq_len, dtype")], "add past_len"),
+    ("06", "table transposed",
+     [("random.normal([n_positions, n_embd])", "random.normal([n_embd, n_positions])")], "[n_positions, n_embd]"),
+    # step 07: attention (every mistake the issue names, each with its own hint)
+    ("07", "no 1/sqrt(head_dim) scale", [(" * (1.0 / math.sqrt(self.head_dim))", "")], "scale the scores by 1 / sqrt(head_dim)"),
+    ("07", "scaled by sqrt(n_embd)", [("math.sqrt(self.head_dim)", "math.sqrt(self.n_embd)")], "not 1 / sqrt(n_embd)"),
+    ("07", "no causal mask", [("F.softmax(scores + mask, axis=-1)", "F.softmax(scores, axis=-1)")], "add the causal mask"),
+    ("07", "mask after softmax", [("F.softmax(scores + mask, axis=-1)", "F.softmax(scores, axis=-1) + mask")], "*before* the softmax"),
+    ("07", "heads split without transpose",
+     [("return x.reshape([batch, seq, self.n_head, self.head_dim]).transpose(1, 2)",
+       "return x.reshape([batch, self.n_head, seq, self.head_dim])")], "a reshape to [b, h, t, d] alone"),
+    ("07", "heads merged in the wrong order",
+     [("return x.transpose(1, 2).reshape([batch, seq, self.n_embd])", "return x.reshape([batch, seq, self.n_embd])")],
+     "merge heads with transpose(1, 2) first"),
+    ("07", "Q/K/V split in the wrong order", [("q, k, v = F.split(", "k, q, v = F.split(")], "Q, K, V in that order"),
+    ("07", "softmax over the wrong axis", [("F.softmax(scores + mask, axis=-1)", "F.softmax(scores + mask, axis=-2)")], "softmax over the last axis"),
+    ("07", "cache concatenated after the new keys",
+     [("F.concat([past_key, k], axis=2)", "F.concat([k, past_key], axis=2)"),
+      ("F.concat([past_value, v], axis=2)", "F.concat([v, past_value], axis=2)")], "cached keys followed by the new ones"),
+    # step 08: residual wiring
+    ("08", "post-LN", [("return x + sublayer(norm(x))", "return norm(x + sublayer(x))")], "post-LN"),
+    ("08", "no residual", [("return x + sublayer(norm(x))", "return sublayer(norm(x))")], "add the residual"),
+    ("08", "norm on the output", [("return x + sublayer(norm(x))", "return x + norm(sublayer(x))")], "not its output"),
+    ("08", "residual adds the normalised x", [("return x + sublayer(norm(x))", "return norm(x) + sublayer(norm(x))")], "*raw* x"),
+    # step 09: the block
+    ("09", "norms swapped",
+     [("self.attn(self.ln_1(x), past_key, past_value)", "self.attn(self.ln_2(x), past_key, past_value)"),
+      ("pre_norm_residual(x, self.ln_2, self.mlp)", "pre_norm_residual(x, self.ln_1, self.mlp)")], "they are swapped"),
+    ("09", "no attention residual", [("x = x + attn_out", "x = attn_out")], "add the attention's output"),
+    ("09", "no MLP residual", [("x = pre_norm_residual(x, self.ln_2, self.mlp)", "x = self.mlp(self.ln_2(x))")], "add the MLP's output"),
+    ("09", "post-LN block",
+     [("self.attn(self.ln_1(x), past_key, past_value)", "self.attn(x, past_key, past_value)"),
+      ("x = x + attn_out", "x = self.ln_1(x + attn_out)"),
+      ("x = pre_norm_residual(x, self.ln_2, self.mlp)", "x = self.ln_2(x + self.mlp(x))")], "GPT-2 is pre-LN"),
+    ("09", "MLP named ffn", [("self.mlp = GPT2MLP(config)", "self.ffn = GPT2MLP(config)"), ("self.ln_2, self.mlp)", "self.ln_2, self.ffn)")],
+     "ln_1, attn, ln_2, mlp"),
+    # step 10: the model
+    ("10", "no final layer norm", [("return self.ln_f(x), present", "return x, present")], "ln_f"),
+    ("10", "no position embeddings", [("x = self.wte(ids) + self.wpe(seq, past_len)", "x = self.wte(ids)")], "add the position embeddings"),
+    ("10", "positions not offset by the cache", [("self.wpe(seq, past_len)", "self.wpe(seq, 0)")], "not 0"),
+    ("10", "blocks not named h",
+     [("self.h = nn.ModuleList", "self.blocks = nn.ModuleList"), ("enumerate(self.h)", "enumerate(self.blocks)")], "h (an nn.ModuleList"),
+    # step 11: the LM head
+    ("11", "untied head",
+     [("        self.transformer = GPT2Model(config)\n",
+       "        self.transformer = GPT2Model(config)\n        self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)\n"),
+      ("return hidden @ self.transformer.wte.weight.T", "return self.head(hidden)")], "no weight of its own"),
+    ("11", "last_only keeps the first position", [("hidden = hidden[:, seq - 1 :, :]", "hidden = hidden[:, :1, :]")], "not the first"),
+    ("11", "cache not passed on", [("hidden, present = self.transformer(ids, past)", "hidden, present = self.transformer(ids)")],
+     "pass past on"),
+    ("11", "head without transpose", [("hidden @ self.transformer.wte.weight.T", "hidden @ self.transformer.wte.weight")], "mutant_11.py:"),
+    # step 12: generation
+    ("12", "temperature multiplied", [("logits.astype(np.float64) / temperature", "logits.astype(np.float64) * temperature")], "you multiplied"),
+    ("12", "greedy picks the lowest", [("return int(np.argmax(logits))", "return int(np.argmin(logits))")], "argmax"),
+    ("12", "tokens not fed back", [("        ids.append(token)\n", "")], "feed each new token back in"),
+    ("12", "eos ignored", [("        if token == eos_token:\n            break\n", "")], "stop right after producing eos_token"),
+    ("12", "fresh rng each token",
+     [("sample_next_token(next_logits(ids), temperature, rng)", "sample_next_token(next_logits(ids), temperature, np.random.default_rng())")],
+     "the same seed gave different text"),
 ]
 
 
 @pytest.mark.parametrize("step, mistake, edits, expected", MISTAKES, ids=[m[1] for m in MISTAKES])
 def test_seeded_mistake_fails_with_its_hint(step, mistake, edits, expected, tmp_path):
-    outcomes = check_file(step, mutate(step, tmp_path, edits))
+    outcomes = check_file(step, mutate(step, tmp_path, edits), stop_at_failure=True)
     failures = [o for o in outcomes if not o.passed]
     assert failures, f"{mistake}: every check passed"
     first = failures[0]

@@ -91,11 +91,13 @@ def check_attn(ctx: StepContext) -> None:
                 "softmax(q @ k^T / sqrt(head_dim) + mask, axis=-1) @ v", lambda: _attn_mistakes(q, k, v, mask))
 
 
-def _forward_mistakes(x, w, past=None) -> dict[str, np.ndarray]:
+def _forward_mistakes(x, w, output: int = 0) -> dict[str, np.ndarray]:
+    """Known mistakes' outputs; ``output`` 0, 1, 2: the output, keys, values."""
     def variant(**knobs):
-        return oracle.attention(x, w, H, past=past, **knobs)[0]
+        return oracle.attention(x, w, H, **knobs)[output]
 
-    mistakes = {HINT_ORDER: variant(order=order) for order in ("kqv", "vkq", "qvk", "kvq", "vqk")}
+    mistakes = {f"{HINT_ORDER} (yours reads them as {', '.join(order.upper())})": variant(order=order)
+                for order in ("kqv", "vkq", "qvk", "kvq", "vqk")}
     mistakes.update({
         HINT_SPLIT: variant(split_transpose=False),
         HINT_MERGE: variant(merge_transpose=False),
@@ -121,8 +123,10 @@ def check_forward(ctx: StepContext) -> None:
         compare(got[0], expected[0], what, "see the math at the top of the step",
                 lambda: _forward_mistakes(x, weights))
         compare(got[1], expected[1], f"{what}: returned keys [batch, n_head, seq, head_dim]",
-                "return the keys after _split_heads (and after the cache concat)")
-        compare(got[2], expected[2], f"{what}: returned values", "return the values after _split_heads")
+                "return the keys after _split_heads (and after the cache concat)",
+                lambda: _forward_mistakes(x, weights, output=1))
+        compare(got[2], expected[2], f"{what}: returned values", "return the values after _split_heads",
+                lambda: _forward_mistakes(x, weights, output=2))
 
 
 def check_cache(ctx: StepContext) -> None:
