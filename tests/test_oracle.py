@@ -62,3 +62,52 @@ def test_layer_norm_oracle_is_torch_style():
     x = np.array([[1.0, 2.0, 3.0, 6.0]], dtype=np.float32)
     y = oracle.layer_norm(x, np.ones(4), np.zeros(4), eps=0.0)
     np.testing.assert_allclose(y, (x - 3.0) / np.sqrt(3.5), rtol=1e-6)
+
+
+SMALL = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=3, n_head=4)
+
+
+def _small_lm(seed: int = 0):
+    from solutions.solution_01 import GPT2Config
+    from solutions.solution_11 import GPT2LMHeadModel
+
+    model = maxrun.build(GPT2LMHeadModel, GPT2Config(**SMALL))
+    weights = maxrun.random_weights(maxrun.parameter_shapes(model), seed=seed)
+    model.load_state_dict(weights)
+    return model, weights
+
+
+def test_full_gpt2_forward_matches_oracle():
+    model, weights = _small_lm()
+    ids = np.random.default_rng(1).integers(0, SMALL["vocab_size"], size=(2, 33)).astype(np.int64)
+    logits, present = maxrun.run(model, ids)
+    want, want_present = oracle.lm_logits(ids, weights, SMALL["n_head"])
+    np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4)
+    assert len(present) == SMALL["n_layer"]
+    for (k, v), (wk, wv) in zip(present, want_present):
+        np.testing.assert_allclose(k, wk, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(v, wv, rtol=1e-4, atol=1e-4)
+
+
+def test_cached_forward_matches_oracle():
+    model, weights = _small_lm(seed=2)
+    ids = np.random.default_rng(3).integers(0, SMALL["vocab_size"], size=(1, 20)).astype(np.int64)
+    _, past = oracle.lm_logits(ids[:, :17], weights, SMALL["n_head"])
+    logits, _ = maxrun.lazily(model, maxrun.tensor(ids[:, 17:]), [(maxrun.tensor(k), maxrun.tensor(v)) for k, v in past])
+    want, _ = oracle.lm_logits(ids, weights, SMALL["n_head"])
+    np.testing.assert_allclose(logits, want[:, 17:], rtol=1e-4, atol=1e-4)
+
+
+def test_generation_matches_oracle_greedy_and_seeded_sampling_repeats():
+    from solutions.solution_12 import generate
+
+    model, weights = _small_lm(seed=4)
+
+    def next_logits(ids):
+        logits, _ = maxrun.lazily(model, maxrun.tensor(np.array([ids])), None, last_only=True)
+        return logits[0, -1]
+
+    prompt = [7, 3, 99]
+    assert generate(next_logits, prompt, 6) == oracle.greedy(prompt, weights, SMALL["n_head"], 6)
+    sampled = generate(next_logits, prompt, 6, temperature=0.9, seed=11)
+    assert sampled == generate(next_logits, prompt, 6, temperature=0.9, seed=11)

@@ -1,0 +1,149 @@
+"""Read a GPT-2 safetensors checkpoint and map it onto GPT2LMHeadModel's names.
+
+Hugging Face's GPT-2 keeps its attention and MLP matrices in ``Conv1D``
+layers, stored ``[in, out]``; ``nn.Linear`` (and so our model) stores
+``[out, in]``. The four Conv1D weights are transposed on load; they are listed
+here explicitly, as nanoGPT does, rather than guessed from shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from weights.errors import WeightsError
+
+# Conv1D weights: stored [in, out] in HF checkpoints, [out, in] in nn.Linear.
+TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+# Buffers some checkpoints carry (the causal mask, a fill value): not weights.
+IGNORED = ("attn.bias", "attn.masked_bias")
+
+_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+
+
+def expected_shapes(config) -> dict[str, tuple[int, ...]]:
+    """Every parameter of GPT2LMHeadModel with its shape, from the config alone."""
+    E, V, P = config.n_embd, config.vocab_size, config.n_positions
+    shapes = {"transformer.wte.weight": (V, E), "transformer.wpe.weight": (P, E),
+              "transformer.ln_f.weight": (E,), "transformer.ln_f.bias": (E,)}
+    for i in range(config.n_layer):
+        h = f"transformer.h.{i}."
+        shapes.update({
+            h + "ln_1.weight": (E,), h + "ln_1.bias": (E,),
+            h + "attn.c_attn.weight": (3 * E, E), h + "attn.c_attn.bias": (3 * E,),
+            h + "attn.c_proj.weight": (E, E), h + "attn.c_proj.bias": (E,),
+            h + "ln_2.weight": (E,), h + "ln_2.bias": (E,),
+            h + "mlp.c_fc.weight": (4 * E, E), h + "mlp.c_fc.bias": (4 * E,),
+            h + "mlp.c_proj.weight": (E, 4 * E), h + "mlp.c_proj.bias": (E,),
+        })
+    return shapes
+
+
+def load_state(folder: Path, config) -> dict[str, np.ndarray]:
+    """The checkpoint in ``folder`` as {GPT2LMHeadModel parameter name: float32
+    array}, every shape verified against ``config`` before anything is loaded."""
+    raw = read_safetensors_folder(Path(folder))
+    return to_model_names(raw, config, source=str(folder))
+
+
+def to_model_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint") -> dict[str, np.ndarray]:
+    """Map HF names (with or without ``transformer.``) onto the model's names."""
+    state: dict[str, np.ndarray] = {}
+    lm_head = None
+    for name, array in raw.items():
+        if name == "lm_head.weight":
+            lm_head = array
+            continue
+        short = name.removeprefix("transformer.")
+        if short.endswith(IGNORED):
+            continue
+        if short.endswith(TRANSPOSED):
+            array = array.T
+        state["transformer." + short] = array
+    want = expected_shapes(config)
+    missing = [name for name in want if name not in state]
+    if missing:
+        raise WeightsError(f"{source}: no tensor {_hf_name(missing[0])} ({len(missing)} missing); not a complete GPT-2 checkpoint")
+    extra = [name for name in state if name not in want]
+    if extra:
+        raise WeightsError(f"{source}: unexpected tensor {_hf_name(extra[0])}; its config.json does not describe these weights")
+    for name, shape in want.items():
+        if state[name].shape != shape:
+            got = state[name].shape[::-1] if name.endswith(TRANSPOSED) else state[name].shape
+            stored = shape[::-1] if name.endswith(TRANSPOSED) else shape
+            raise WeightsError(
+                f"{source}: {_hf_name(name)} has shape {list(got)} but config.json implies {list(stored)}"
+            )
+    wte = state["transformer.wte.weight"]
+    if lm_head is not None and (lm_head.shape != wte.shape or not np.array_equal(lm_head, wte)):
+        raise WeightsError(f"{source}: lm_head.weight differs from wte.weight; only GPT-2's tied head is supported")
+    return {name: _float32(array) for name, array in state.items()}
+
+
+def _hf_name(name: str) -> str:
+    return name.removeprefix("transformer.")
+
+
+def _float32(array: np.ndarray) -> np.ndarray:
+    if array.dtype == np.uint16:  # bfloat16 bits: the top half of a float32
+        array = (array.astype(np.uint32) << 16).view(np.float32)
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def read_safetensors_folder(folder: Path) -> dict[str, np.ndarray]:
+    """All tensors of ``model.safetensors`` or of the shards its index names."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise WeightsError(f"{index}: not a safetensors index ({exc})") from None
+        tensors: dict[str, np.ndarray] = {}
+        for shard in sorted(set(weight_map.values())):
+            tensors.update(read_safetensors(folder / shard))
+        return tensors
+    return read_safetensors(folder / "model.safetensors")
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """Zero-copy numpy views of a safetensors file (memory-mapped).
+
+    The format: an 8-byte little-endian header length, a JSON header mapping
+    each name to its dtype, shape and byte range, then the raw data."""
+    try:
+        with open(path, "rb") as f:
+            size = path.stat().st_size
+            head = f.read(8)
+            if len(head) < 8:
+                raise WeightsError(f"{path}: truncated (no safetensors header)")
+            (header_len,) = struct.unpack("<Q", head)
+            if header_len > size - 8:
+                raise WeightsError(f"{path}: truncated or not a safetensors file (header runs past the end)")
+            header = json.loads(f.read(header_len))
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    except FileNotFoundError:
+        raise WeightsError(f"{path}: not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise WeightsError(f"{path}: corrupt safetensors header (not JSON)") from None
+    base = 8 + header_len
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = _DTYPES[info["dtype"]]
+            start, end = info["data_offsets"]
+            shape = tuple(info["shape"])
+        except (KeyError, TypeError, ValueError):
+            raise WeightsError(f"{path}: corrupt entry for {name} (dtype {info.get('dtype')!r})") from None
+        if base + end > size:
+            raise WeightsError(f"{path}: truncated ({name} ends at byte {base + end}, the file has {size})")
+        count = int(np.prod(shape, dtype=np.int64))
+        if end - start != count * np.dtype(dtype).itemsize:
+            raise WeightsError(f"{path}: corrupt entry for {name} (byte range does not fit its shape)")
+        tensors[name] = np.frombuffer(data, dtype=dtype, count=count, offset=base + start).reshape(shape)
+    return tensors
