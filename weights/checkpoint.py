@@ -20,7 +20,7 @@ from weights.errors import WeightsError
 # Conv1D weights: stored [in, out] in HF checkpoints, [out, in] in nn.Linear.
 TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # Buffers some checkpoints carry (the causal mask, a fill value): not weights.
-IGNORED = ("attn.bias", "attn.masked_bias")
+IGNORED = (["attn", "bias"], ["attn", "masked_bias"])
 
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 
@@ -59,7 +59,7 @@ def to_model_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint
             lm_head = array
             continue
         short = name.removeprefix("transformer.")
-        if short.endswith(IGNORED):
+        if short.split(".")[-2:] in IGNORED:
             continue
         if short.endswith(TRANSPOSED):
             array = array.T

@@ -14,23 +14,18 @@ def load_tokenizer(folder: Path, config=None):
     vocabulary files are missing (it then encodes everything to []), so the
     vocabulary size is compared with the config's."""
     folder = Path(folder)
-    vocab, merges = folder / "vocab.json", folder / "merges.txt"
-    fast = folder / "tokenizer.json"
+    if not ((folder / "vocab.json").is_file() and (folder / "merges.txt").is_file()) \
+            and not (folder / "tokenizer.json").is_file():
+        raise WeightsError(f"{folder}: no tokenizer files (vocab.json and merges.txt, or tokenizer.json)")
     try:
-        if vocab.is_file() and merges.is_file():
-            from transformers import GPT2Tokenizer
+        from transformers import GPT2TokenizerFast
 
-            tokenizer = GPT2Tokenizer(vocab_file=str(vocab), merges_file=str(merges))
-        elif fast.is_file():
-            from transformers import PreTrainedTokenizerFast
-
-            tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(fast))
-        else:
-            raise WeightsError(f"{folder}: no tokenizer files (vocab.json and merges.txt, or tokenizer.json)")
-    except WeightsError:
-        raise
+        # from_pretrained, not GPT2TokenizerFast(vocab_file=...): in transformers
+        # 5.x the keyword form silently builds an empty tokenizer.
+        tokenizer = GPT2TokenizerFast.from_pretrained(str(folder))
     except Exception as exc:  # transformers raises many kinds for a bad file
-        raise WeightsError(f"{folder}: tokenizer files unreadable ({type(exc).__name__}: {exc})") from None
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise WeightsError(f"{folder}: tokenizer files unreadable ({type(exc).__name__}: {first})") from None
     size = len(tokenizer)
     if size < 2 or (config is not None and size != config.vocab_size):
         want = f"config.json's vocab_size {config.vocab_size}" if config is not None else "a real vocabulary"

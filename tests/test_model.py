@@ -1,0 +1,52 @@
+"""The compiled model against Hugging Face's reference outputs (tests/reference,
+made by tests/reference/make_reference.py with transformers + torch)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from checkpoints import reference
+
+from model.gpt2 import load_gpt2
+
+CONFIGS = ["tiny-2l-4h", "tiny-3l-3h"]
+
+
+@pytest.fixture(scope="module", params=CONFIGS)
+def compiled(request):
+    folder, sizes, arrays = reference(request.param)
+    # last_only=False: logits for every position, to compare them all.
+    gpt2 = load_gpt2(folder, device="cpu", last_only=False, with_tokenizer=False)
+    return gpt2, arrays
+
+
+def test_logits_match_hugging_face(compiled):
+    gpt2, ref = compiled
+    logits = gpt2.forward_logits(ref["ids"])
+    assert logits.shape == ref["logits"].shape and logits.dtype == np.float32
+    assert np.abs(logits - ref["logits"]).max() <= 1e-4
+    np.testing.assert_array_equal(logits.argmax(-1), ref["logits"].argmax(-1))
+
+
+def test_each_prefix_batch_row_matches(compiled):
+    # Batch 1 and a prefix of the sequence: the symbolic dims really are symbolic.
+    gpt2, ref = compiled
+    logits = gpt2.forward_logits(ref["ids"][1:, :7])
+    assert np.abs(logits - ref["logits"][1:, :7]).max() <= 1e-4
+
+
+def test_cached_greedy_equals_hugging_face_generate(compiled):
+    gpt2, ref = compiled
+    prompt, expected = ref["prompt"], ref["greedy"][0]
+    logits, cache = gpt2.step(prompt, gpt2.empty_cache(1))
+    tokens = []
+    for _ in range(len(expected)):
+        token = int(logits[0, -1].argmax())
+        tokens.append(token)
+        logits, cache = gpt2.step(np.array([[token]]), cache)
+    assert tokens == expected.tolist()
+
+
+def test_compile_time_is_reported(compiled):
+    gpt2, _ = compiled
+    assert gpt2.compile_seconds > 0 and gpt2.placement.kind == "cpu" and gpt2.placement.dtype == "float32"

@@ -1,0 +1,162 @@
+"""weights/: finding, reading, verifying and mapping GPT-2 checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from checkpoints import copy_gpt2_tokenizer, random_hf_state, reference, reference_variant, write_checkpoint
+
+from weights import WeightsError, load_state, load_tokenizer, read_config, resolve_model
+from weights.checkpoint import TRANSPOSED, read_safetensors
+
+SIZES = dict(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4)
+
+
+def test_config_maps_onto_step_01(tmp_path):
+    folder = write_checkpoint(tmp_path / "m", SIZES)
+    config = read_config(folder)
+    assert (config.n_layer, config.n_head, config.n_embd, config.n_positions, config.vocab_size) == (2, 4, 32, 32, 64)
+    assert config.layer_norm_epsilon == 1e-5
+
+
+@pytest.mark.parametrize("prefix", [True, False])
+@pytest.mark.parametrize("lm_head", [True, False])
+def test_prefix_and_lm_head_variants_load_the_same(tmp_path, prefix, lm_head):
+    hf = random_hf_state(SIZES, seed=1)
+    folder = write_checkpoint(tmp_path / "m", SIZES, hf, prefix=prefix, lm_head=lm_head, buffers=True)
+    state = load_state(folder, read_config(folder))
+    assert len(state) == len(hf)
+    for name, array in hf.items():
+        expected = array.T if name.endswith(TRANSPOSED) else array
+        np.testing.assert_array_equal(state[name], expected)
+        assert state[name].flags["C_CONTIGUOUS"] and state[name].dtype == np.float32
+
+
+def test_sharded_checkpoint(tmp_path):
+    hf = random_hf_state(SIZES, seed=2)
+    folder = write_checkpoint(tmp_path / "m", SIZES, hf, shards=3)
+    assert not (folder / "model.safetensors").exists()
+    state = load_state(folder, read_config(folder))
+    np.testing.assert_array_equal(state["transformer.h.1.mlp.c_fc.weight"], hf["transformer.h.1.mlp.c_fc.weight"].T)
+
+
+def test_reader_is_zero_copy(tmp_path):
+    folder = write_checkpoint(tmp_path / "m", SIZES)
+    wte = read_safetensors(folder / "model.safetensors")["transformer.wte.weight"]
+    assert not wte.flags["OWNDATA"] and not wte.flags["WRITEABLE"]
+
+
+def test_reference_checkpoint_variants(tmp_path):
+    _, sizes, _ = reference("tiny-2l-4h")
+    states = [load_state(f, read_config(f)) for f in (
+        reference_variant("tiny-2l-4h", tmp_path / "a", prefix=True, lm_head=True),
+        reference_variant("tiny-2l-4h", tmp_path / "b", prefix=False, lm_head=False, buffers=True),
+    )]
+    for name in states[0]:
+        np.testing.assert_array_equal(states[0][name], states[1][name])
+
+
+def _error(fn, *args) -> str:
+    with pytest.raises(WeightsError) as info:
+        fn(*args)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_bad_folders(tmp_path):
+    assert "no such folder" in _error(resolve_model, str(tmp_path / "nope" / "x" / "y"))
+    assert "no such folder" in _error(resolve_model, "./missing-model")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no config.json" in _error(resolve_model, str(empty))
+    only_config = write_checkpoint(tmp_path / "cfg", SIZES)
+    (only_config / "model.safetensors").unlink()
+    assert "no model.safetensors" in _error(resolve_model, str(only_config))
+    assert "is a file" in _error(resolve_model, str(only_config / "config.json"))
+
+
+def test_unknown_model_id_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    message = _error(resolve_model, "gpt2")
+    assert "gpt2" in message and "not in the Hugging Face cache" in message
+
+
+def test_truncated_and_corrupt_safetensors(tmp_path):
+    folder = write_checkpoint(tmp_path / "m", SIZES)
+    path = folder / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 100])
+    assert "truncated" in _error(load_state, folder, read_config(folder))
+    path.write_bytes(data[:4])
+    assert "truncated" in _error(load_state, folder, read_config(folder))
+    path.write_bytes(len(b"{not json}").to_bytes(8, "little") + b"{not json}" + data[100:])
+    assert "corrupt safetensors header" in _error(load_state, folder, read_config(folder))
+
+
+def test_shapes_that_do_not_fit_the_config(tmp_path):
+    folder = write_checkpoint(tmp_path / "m", SIZES)
+    config = json.loads((folder / "config.json").read_text())
+    config["n_embd"] = 48
+    (folder / "config.json").write_text(json.dumps(config))
+    message = _error(load_state, folder, read_config(folder))
+    assert "wte.weight has shape [64, 32] but config.json implies [64, 48]" in message
+
+
+def test_missing_and_extra_tensors(tmp_path):
+    hf = random_hf_state(SIZES)
+    del hf["transformer.h.1.ln_2.bias"]
+    folder = write_checkpoint(tmp_path / "a", SIZES, hf)
+    assert "no tensor h.1.ln_2.bias" in _error(load_state, folder, read_config(folder))
+    hf = random_hf_state(SIZES)
+    hf["transformer.h.2.ln_1.weight"] = np.ones(32, np.float32)
+    folder = write_checkpoint(tmp_path / "b", SIZES, hf)
+    assert "unexpected tensor h.2.ln_1.weight" in _error(load_state, folder, read_config(folder))
+
+
+def test_untied_head_is_refused(tmp_path):
+    hf = random_hf_state(SIZES)
+    hf["lm_head.weight"] = hf["transformer.wte.weight"] + 1
+    folder = write_checkpoint(tmp_path / "m", SIZES, hf)
+    assert "lm_head.weight differs" in _error(load_state, folder, read_config(folder))
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, "model_type is 'llama'"),
+    ({"activation_function": "relu"}, "not GPT-2's gelu_new"),
+    ({"n_inner": 100}, "n_inner 100"),
+    ({"n_head": 5}, "divisible"),
+])
+def test_non_gpt2_configs_are_refused(tmp_path, change, expected):
+    folder = write_checkpoint(tmp_path / "m", SIZES)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(change)
+    (folder / "config.json").write_text(json.dumps(config))
+    assert expected in _error(read_config, folder)
+    (folder / "config.json").write_text("{oops")
+    assert "not valid JSON" in _error(read_config, folder)
+
+
+def test_real_gpt2_tokenizer(tmp_path):
+    folder = copy_gpt2_tokenizer(tmp_path / "tok")
+    tokenizer = load_tokenizer(folder)
+    assert tokenizer.encode("Hello, world!") == [15496, 11, 995, 0]
+    assert tokenizer.decode([15496, 11, 995, 0]) == "Hello, world!"
+    assert len(tokenizer) == 50257
+
+
+def test_tokenizer_is_checked_after_loading(tmp_path):
+    folder = write_checkpoint(tmp_path / "m", SIZES, tokenizer=True)
+    message = _error(load_tokenizer, folder, read_config(folder))
+    assert "50257 tokens, expected config.json's vocab_size 64" in message
+    (folder / "vocab.json").unlink()
+    assert "no tokenizer files" in _error(load_tokenizer, folder, read_config(folder))
+    (folder / "vocab.json").write_text("{}")
+    assert "tokenizer" in _error(load_tokenizer, folder, read_config(folder))
