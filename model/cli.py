@@ -1,0 +1,177 @@
+"""``python -m model``: generate text with GPT-2 on MAX (``pixi run generate``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from model.device import DEVICES, DTYPES, DeviceError
+from model.sampling import Sampling
+
+ROOT = Path(__file__).resolve().parent.parent
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+EXAMPLES = """examples:
+  python -m model "Hello, I'm a language model,"
+  python -m model --model gpt2-medium --temperature 0 "The capital of France is"
+  python -m model --prompt "Once upon a time" --prompt "In the beginning" --seed 1
+  python -m model --prompt-file prompts.txt --json --max-new-tokens 40
+  python -m model --impl steps "Hello"            # run the model built from your steps/
+
+Files come from the Hugging Face cache (HF_HOME); set HF_HUB_OFFLINE=1 to use only it.
+Exit status: 0 done, 2 bad input (one line on stderr), 130 interrupted (Ctrl-C)."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m model", description="Generate text with GPT-2, compiled into a MAX graph.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="text to continue (several: a batch)")
+    p.add_argument("--prompt", action="append", default=[], metavar="TEXT", help="a prompt; repeat for a batch")
+    p.add_argument("--prompt-file", type=Path, metavar="FILE", help="read prompts from FILE, one per line")
+    p.add_argument("--model", default="gpt2", metavar="ID_OR_DIR",
+                   help="Hugging Face id (gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2, ...) "
+                        "or a folder with config.json, model.safetensors and tokenizer files (default: gpt2)")
+    p.add_argument("--max-new-tokens", type=int, default=100, metavar="N", help="tokens to add (default: 100)")
+    p.add_argument("--temperature", type=float, default=0.8, metavar="T",
+                   help="0 is greedy; lower is safer, higher is wilder (default: 0.8, as nanoGPT)")
+    p.add_argument("--top-k", type=int, default=200, metavar="K",
+                   help="sample among the K most likely tokens (default: 200, as nanoGPT)")
+    p.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                   help="nucleus sampling: the smallest set of tokens holding probability P (default: 1, off)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+                   help="> 1 makes tokens already in the text less likely (default: 1, off)")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="stop a prompt's text at TEXT (repeatable); <|endoftext|> always stops")
+    p.add_argument("--seed", type=int, default=None, help="random seed, for reproducible samples")
+    p.add_argument("--device", default="auto", choices=DEVICES,
+                   help="auto takes a GPU when MAX sees one (default: auto)")
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="auto: float32 on CPU, bfloat16 on GPU (default: auto)")
+    p.add_argument("--impl", default="solutions", choices=("solutions", "steps"),
+                   help="which code builds the model: the reference solutions, or your own steps/ files")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument("--quiet", action="store_true", help="print only the generated text")
+    output.add_argument("--json", action="store_true", help="print one JSON object per prompt, nothing else")
+    return p
+
+
+class UsageError(Exception):
+    pass
+
+
+def read_prompts(args) -> list[str]:
+    prompts = list(args.prompts) + list(args.prompt)
+    if args.prompt_file is not None:
+        try:
+            text = args.prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--prompt-file {args.prompt_file}: cannot read it ({exc.__class__.__name__}: "
+                             f"{getattr(exc, 'strerror', None) or exc})") from None
+        prompts += [line for line in text.splitlines() if line.strip()]
+        if not prompts:
+            raise UsageError(f"--prompt-file {args.prompt_file}: no prompts in it (one per line)")
+    if not prompts:
+        raise UsageError("no prompt: pass PROMPT, --prompt TEXT or --prompt-file FILE")
+    if any(not p.strip() for p in prompts):
+        raise UsageError("a prompt is empty")
+    return prompts
+
+
+def sampling_from(args) -> Sampling:
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, tuple(args.stop))
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    try:
+        sampling.validate()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return sampling
+
+
+def unfinished_step(exc: BaseException) -> str | None:
+    """For --impl steps: the learner's step file an exception came from."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if Path(f.filename).resolve().parent == ROOT / "steps"]
+    if not frames:
+        return None
+    frame = frames[-1]
+    step = Path(frame.filename).stem.removeprefix("step_")
+    todo = isinstance(exc, NotImplementedError) and "TODO" in str(exc)
+    what = "is still a TODO" if todo else f"raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return (f"steps/step_{step}.py is not finished (line {frame.lineno}, in {frame.name}, {what}); "
+            f"check it with `pixi run s{step}`")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    err = sys.stderr
+    try:
+        prompts = read_prompts(args)
+        sampling = sampling_from(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=err)
+        return EXIT_USAGE
+
+    from model.generate import ContextError, generate
+    from model.gpt2 import load_gpt2
+    from weights import WeightsError
+
+    start = time.perf_counter()
+    try:
+        gpt2 = load_gpt2(args.model, device=args.device, dtype=args.dtype, impl=args.impl)
+    except (WeightsError, DeviceError) as exc:
+        print(f"error: {exc}", file=err)
+        return EXIT_USAGE
+    except Exception as exc:
+        message = unfinished_step(exc) if args.impl == "steps" else None
+        if message is None:
+            raise
+        print(f"error: {message}", file=err)
+        return EXIT_USAGE
+    if not (args.quiet or args.json):
+        print(f"[{args.model} ({args.impl}) on {gpt2.placement.kind}, {gpt2.placement.dtype}: loaded in "
+              f"{time.perf_counter() - start:.1f} s, of which compile {gpt2.compile_seconds:.1f} s]", file=err)
+
+    stream = len(prompts) == 1 and not args.json
+    if stream and not args.quiet:
+        print(prompts[0], end="", flush=True)
+
+    def on_text(index: int, text: str) -> None:
+        print(text, end="", flush=True)
+
+    try:
+        results = generate(gpt2, prompts, args.max_new_tokens, sampling, args.seed, on_text if stream else None)
+    except ContextError as exc:
+        print(f"error: {exc}", file=err)
+        return EXIT_USAGE
+    interrupted = any(r.stop_reason == "interrupted" for r in results)
+    if stream:
+        print()
+    for i, r in enumerate(results):
+        if args.json:
+            print(json.dumps({
+                "prompt": r.prompt, "text": r.text, "tokens": r.tokens, "stop_reason": r.stop_reason,
+                "prompt_tokens": len(r.prompt_tokens), "new_tokens": len(r.tokens),
+                "prefill_ms": round(r.prefill_seconds * 1000, 2),
+                "decode_tokens_per_s": round(r.decode_tokens_per_second, 2),
+                "compile_s": round(gpt2.compile_seconds, 2)}))
+        elif not stream:
+            if not args.quiet:
+                print(f"--- prompt {i + 1} ---")
+                print(r.prompt + r.text)
+            else:
+                print(r.text)
+    if not (args.quiet or args.json):
+        for r in results:
+            note = {"context": f" (stopped: the context window of {gpt2.config.n_positions} tokens is full)",
+                    "interrupted": " (interrupted)"}.get(r.stop_reason, "")
+            print(f"[{len(r.tokens)} new tokens | prefill {len(r.prompt_tokens)} tokens in "
+                  f"{r.prefill_seconds * 1000:.1f} ms | decode {r.decode_tokens_per_second:.1f} tok/s | "
+                  f"compile {gpt2.compile_seconds:.1f} s | stop: {r.stop_reason}]{note}", file=err)
+    return EXIT_INTERRUPTED if interrupted else 0

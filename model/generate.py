@@ -1,0 +1,124 @@
+"""Generation with the KV cache: prefill the prompt once, then one token per step.
+
+Prompts are batched by token length: prompts of the same length run as one
+batch, so no padding (and no padding mask) is ever needed, and every result
+is exactly what that prompt gives alone. Groups run one after another.
+
+The context window is GPT-2's ``n_positions`` (1024): a prompt longer than
+that is refused; generation stops when the window is full, with
+``stop_reason = "context"`` (the app says so).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from model.sampling import Sampling, next_token
+
+
+@dataclass
+class Result:
+    prompt: str
+    prompt_tokens: list[int]
+    tokens: list[int] = field(default_factory=list)  # new tokens only
+    text: str = ""  # new text only (cut at a stop string)
+    stop_reason: str = "length"  # length | eos | stop | context | interrupted
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    done: bool = False
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        steps = max(len(self.tokens) - 1, 0)  # the first new token comes from the prefill
+        return steps / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+class ContextError(ValueError):
+    """A prompt that does not fit GPT-2's context window."""
+
+
+def generate(gpt2, prompts: list[str], max_new_tokens: int, sampling: Sampling, seed: int | None = None,
+             on_text: Callable[[int, str], None] | None = None) -> list[Result]:
+    """Continue every prompt; ``on_text(index, new_text)`` streams text as it comes.
+
+    A KeyboardInterrupt stops generation cleanly: the results so far come back
+    with ``stop_reason = "interrupted"``."""
+    tokenizer = gpt2.tokenizer
+    results = [Result(p, tokenizer.encode(p)) for p in prompts]
+    limit = gpt2.config.n_positions
+    for r in results:
+        if len(r.prompt_tokens) == 0:
+            raise ContextError("the prompt encodes to no tokens")
+        if len(r.prompt_tokens) > limit:
+            raise ContextError(f"the prompt has {len(r.prompt_tokens)} tokens; GPT-2's context holds {limit}")
+    rng = np.random.default_rng(seed)
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(results):
+        groups.setdefault(len(r.prompt_tokens), []).append(i)
+    try:
+        for length, members in groups.items():
+            _generate_group(gpt2, [results[i] for i in members], members, max_new_tokens, sampling, rng, on_text)
+    except KeyboardInterrupt:
+        for r in results:
+            if not r.done:
+                r.stop_reason = "interrupted"
+    return results
+
+
+def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_tokens: int, sampling: Sampling,
+                    rng: np.random.Generator, on_text) -> None:
+    tokenizer = gpt2.tokenizer
+    eos = tokenizer.eos_token_id
+    ids = np.array([r.prompt_tokens for r in group], dtype=np.int64)
+    room = gpt2.config.n_positions - ids.shape[1]
+    steps = min(max_new_tokens, room + 1)  # the last token needs no position of its own
+    active = [True] * len(group)
+    shown = [""] * len(group)
+    last = np.zeros((len(group), 1), dtype=np.int64)  # each row's latest token, fed next
+
+    start = time.perf_counter()
+    logits, cache = gpt2.step(ids, gpt2.empty_cache(len(group)))
+    prefill = time.perf_counter() - start
+    for r in group:
+        r.prefill_seconds = prefill
+    decode_start = time.perf_counter()
+    for step in range(steps):
+        if step > 0:
+            logits, cache = gpt2.step(last, cache)
+        for b, r in enumerate(group):
+            if not active[b]:
+                continue
+            token = next_token(logits[b], sampling, rng, r.prompt_tokens + r.tokens)
+            last[b, 0] = token
+            if token == eos:
+                active[b], r.stop_reason = False, "eos"
+                continue
+            r.tokens.append(token)
+            text = tokenizer.decode(r.tokens)
+            cut = _first_stop(text, sampling.stop)
+            if cut is not None:
+                text, active[b], r.stop_reason = text[:cut], False, "stop"
+            r.text = text
+            # Stream only complete characters: a token can end mid-UTF-8.
+            if on_text and not text.endswith("\ufffd") and len(text) > len(shown[b]):
+                on_text(indices[b], text[len(shown[b]):])
+                shown[b] = text
+        for r in group:
+            r.decode_seconds = time.perf_counter() - decode_start
+        if not any(active):
+            break
+    for b, r in enumerate(group):
+        r.done = True
+        if active[b] and len(r.tokens) < max_new_tokens:
+            r.stop_reason = "context"
+        if on_text and len(r.text) > len(shown[b]):
+            on_text(indices[b], r.text[len(shown[b]):])
+
+
+def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    cuts = [text.find(s) for s in stops if s in text]
+    return min(cuts) if cuts else None

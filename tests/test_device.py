@@ -1,0 +1,38 @@
+"""Device and dtype selection (the GPU path is chosen by this logic; no GPU
+is needed to test it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from model.device import DeviceError, Placement, accelerator_count, choose
+
+
+@pytest.mark.parametrize("device, dtype, accelerators, expected", [
+    ("auto", "auto", 0, Placement("cpu", "float32")),
+    ("auto", "auto", 1, Placement("gpu", "bfloat16")),
+    ("cpu", "auto", 1, Placement("cpu", "float32")),
+    ("gpu", "auto", 2, Placement("gpu", "bfloat16")),
+    ("gpu", "float32", 1, Placement("gpu", "float32")),
+    ("cpu", "bfloat16", 0, Placement("cpu", "bfloat16")),
+    ("auto", "float32", 1, Placement("gpu", "float32")),
+])
+def test_choice(device, dtype, accelerators, expected):
+    assert choose(device, dtype, accelerators) == expected
+
+
+def test_gpu_without_accelerator_is_refused():
+    with pytest.raises(DeviceError, match="no accelerator"):
+        choose("gpu", "auto", 0)
+
+
+@pytest.mark.parametrize("device, dtype", [("tpu", "auto"), ("cpu", "float16")])
+def test_unknown_values(device, dtype):
+    with pytest.raises(DeviceError, match="choose one of"):
+        choose(device, dtype, 0)
+
+
+def test_this_machine():
+    # What MAX reports here decides `auto`; these CI machines have no GPU.
+    count = accelerator_count()
+    assert choose("auto", "auto").kind == ("gpu" if count else "cpu")
