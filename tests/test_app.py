@@ -1,0 +1,135 @@
+"""The app end to end on a small random GPT-2 with the real GPT-2 tokenizer:
+the compiled KV-cache path, batches, and the command line (`python -m model`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from checkpoints import write_checkpoint
+from conftest import run_python
+
+from checker import oracle
+from model.generate import generate
+from model.gpt2 import load_gpt2
+from model.sampling import Sampling
+from weights import load_state, read_config
+
+# vocab_size 50257: GPT-2's real tokenizer fits it.
+SIZES = dict(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+GREEDY = Sampling(temperature=0.0, top_k=None)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return write_checkpoint(tmp_path_factory.mktemp("app") / "tiny-gpt2", SIZES, tokenizer=True, seed=5)
+
+
+@pytest.fixture(scope="module")
+def gpt2(folder):
+    return load_gpt2(folder, device="cpu")  # the app's graph: last position only
+
+
+def test_cached_greedy_equals_uncached_oracle(gpt2, folder):
+    weights = load_state(folder, read_config(folder))
+    prompt = "Hello, I'm a language model,"
+    [r] = generate(gpt2, [prompt], 12, GREEDY)
+    ids = gpt2.tokenizer.encode(prompt)
+    assert r.tokens == oracle.greedy(ids, weights, SIZES["n_head"], 12)
+
+
+def test_batch_results_equal_each_prompt_alone(gpt2):
+    prompts = ["The cat sat", "On a mat", "Hello world, how are", "A B"]
+    together = generate(gpt2, prompts, 8, GREEDY)
+    for prompt, r in zip(prompts, together):
+        assert r.tokens == generate(gpt2, [prompt], 8, GREEDY)[0].tokens
+
+
+def test_same_graph_serves_every_length(gpt2):
+    compiled = gpt2.compiled
+    for n in (1, 5, 40):
+        gpt2.forward_logits(np.zeros((2, n), dtype=np.int64))
+    assert gpt2.compiled is compiled  # nothing recompiled per length
+
+
+def test_context_limit(gpt2):
+    prompt = " x" * 60  # 60 tokens in a 64-token window
+    [r] = generate(gpt2, [prompt], 20, GREEDY)
+    assert len(r.prompt_tokens) == 60 and len(r.tokens) == 5 and r.stop_reason == "context"
+
+
+def _cli(*args):
+    return run_python("-m", "model", *args)
+
+
+def test_cli_streams_and_summarises(folder):
+    done = _cli("--model", str(folder), "--max-new-tokens", "6", "--seed", "1", "Hello")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Hello")
+    assert "compile" in done.stderr and "tok/s" in done.stderr and "6 new tokens" in done.stderr
+
+
+def test_cli_json_batch_greedy_is_deterministic(folder, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The cat sat\n\nOn a mat\n")
+    args = ("--model", str(folder), "--prompt-file", str(prompts), "--json", "--temperature", "0", "--max-new-tokens", "5")
+    first, second = _cli(*args), _cli(*args)
+    assert first.returncode == 0, first.stderr
+    rows = [json.loads(line) for line in first.stdout.splitlines()]
+    assert [r["prompt"] for r in rows] == ["The cat sat", "On a mat"]
+    assert all(r["new_tokens"] <= 5 and "decode_tokens_per_s" in r for r in rows)
+    again = [json.loads(line) for line in second.stdout.splitlines()]
+    assert [(r["text"], r["tokens"]) for r in rows] == [(r["text"], r["tokens"]) for r in again]
+
+
+def test_cli_quiet_prints_only_text(folder):
+    done = _cli("--model", str(folder), "--quiet", "--temperature", "0", "--max-new-tokens", "4", "Hi")
+    assert done.returncode == 0 and done.stderr == "" and not done.stdout.startswith("Hi")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["   "], "prompt is empty"),
+    ([], "no prompt"),
+    (["--temperature", "-1", "x"], "--temperature must be >= 0"),
+    (["--top-k", "0", "x"], "--top-k must be >= 1"),
+    (["--top-p", "0", "x"], "--top-p must be in (0, 1]"),
+    (["--top-p", "1.1", "x"], "--top-p must be in (0, 1]"),
+    (["--max-new-tokens", "0", "x"], "--max-new-tokens must be >= 1"),
+    (["--prompt-file", "/nonexistent/prompts.txt"], "--prompt-file /nonexistent/prompts.txt: cannot read it"),
+    (["--stop", "", "x"], "--stop strings must not be empty"),
+])
+def test_cli_bad_input(args, message):
+    done = _cli(*args)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"error: {message}" or (done.stderr.startswith("error: ") and message in done.stderr)
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_cli_bad_models(tmp_path, folder):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        (["--model", str(empty), "x"], "no config.json"),
+        (["--model", str(tmp_path / "missing"), "x"], "no such folder"),
+        (["--model", str(folder), "--device", "gpu", "x"], "no accelerator"),
+    ]
+    bad = write_checkpoint(tmp_path / "llama", dict(SIZES, vocab_size=64))
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps(dict(config, model_type="llama")))
+    cases.append((["--model", str(bad), "x"], "only GPT-2-architecture"))
+    truncated = write_checkpoint(tmp_path / "trunc", SIZES, tokenizer=True)
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[:-64])
+    cases.append((["--model", str(truncated), "x"], "truncated"))
+    for args, message in cases:
+        done = _cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_cli_help_explains_every_flag():
+    done = _cli("--help")
+    for flag in ("--model", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty",
+                 "--stop", "--seed", "--device", "--dtype", "--impl", "--quiet", "--json", "--prompt-file"):
+        assert flag in done.stdout

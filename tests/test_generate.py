@@ -1,0 +1,141 @@
+"""The generation engine on a toy model (fast, no MAX): stopping, streaming,
+context limit, interruption, batching and sampling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from model.generate import ContextError, generate
+from model.sampling import Sampling, next_token
+
+GREEDY = Sampling(temperature=0.0, top_k=None)
+
+
+class ToyTokenizer:
+    """One character per token: ids 0-25 are a-z, 26 is ' ', 27 is the end."""
+
+    eos_token_id = 27
+
+    def encode(self, text):
+        return [26 if c == " " else ord(c) - 97 for c in text]
+
+    def decode(self, ids):
+        return "".join(" " if i == 26 else chr(97 + i) for i in ids if i != 27)
+
+
+@dataclass
+class ToyConfig:
+    n_positions: int = 40
+
+
+class ToyModel:
+    """Next token = (last token + 1) % 27, or the end token after 'z' when eos_after_z."""
+
+    def __init__(self, n_positions=40, eos_after_z=False):
+        self.config, self.tokenizer, self.eos_after_z = ToyConfig(n_positions), ToyTokenizer(), eos_after_z
+        self.calls = []
+
+    def empty_cache(self, batch):
+        return [0] * batch
+
+    def step(self, ids, cache):
+        ids = np.asarray(ids)
+        self.calls.append(ids.shape)
+        cache = [c + ids.shape[1] for c in cache]
+        assert max(cache) <= self.config.n_positions, "fed past the context window"
+        logits = np.zeros((len(ids), 28))
+        for b, last in enumerate(ids[:, -1]):
+            nxt = 27 if (self.eos_after_z and last == 25) else (last + 1) % 27
+            logits[b, nxt] = 10.0
+        return logits, cache
+
+
+def test_greedy_prefills_once_then_one_token_per_step():
+    model = ToyModel()
+    [r] = generate(model, ["abc"], 5, GREEDY)
+    assert r.text == "defgh" and r.stop_reason == "length"
+    assert model.calls == [(1, 3)] + [(1, 1)] * 4
+
+
+def test_eos_stops_and_is_not_shown():
+    [r] = generate(ToyModel(eos_after_z=True), ["wx"], 10, GREEDY)
+    assert r.text == "yz" and r.stop_reason == "eos"
+
+
+def test_stop_string_cuts_the_text():
+    [r] = generate(ToyModel(), ["a"], 10, Sampling(temperature=0.0, top_k=None, stop=("ef",)))
+    assert r.text == "bcd" and r.stop_reason == "stop"
+
+
+def test_context_window_stops_with_a_reason():
+    model = ToyModel(n_positions=10)
+    [r] = generate(model, ["abcdefgh"], 50, GREEDY)
+    assert len(r.tokens) == 10 - 8 + 1 and r.stop_reason == "context"
+    with pytest.raises(ContextError):
+        generate(model, ["a" * 11], 5, GREEDY)
+
+
+def test_batches_by_length_and_each_equals_alone():
+    prompts = ["abc", "xy", "hello", "mno", "q"]
+    together = generate(ToyModel(), prompts, 6, GREEDY)
+    alone = [generate(ToyModel(), [p], 6, GREEDY)[0] for p in prompts]
+    assert [r.text for r in together] == [r.text for r in alone]
+    model = ToyModel()
+    generate(model, prompts, 2, GREEDY)
+    assert sorted(model.calls[:1] + model.calls[2:3] + model.calls[4:5] + model.calls[6:7]) == sorted(
+        [(2, 3), (1, 2), (1, 5), (1, 1)])
+
+
+def test_streaming_reassembles_the_text():
+    pieces = []
+    [r] = generate(ToyModel(), ["abc"], 7, GREEDY, on_text=lambda i, t: pieces.append((i, t)))
+    assert "".join(t for _, t in pieces) == r.text and all(i == 0 for i, _ in pieces)
+
+
+def test_interrupt_keeps_what_was_generated():
+    seen = []
+
+    def on_text(i, text):
+        seen.append(text)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    [r] = generate(ToyModel(), ["abc"], 10, GREEDY, on_text=on_text)
+    assert r.stop_reason == "interrupted" and r.text == "def"
+
+
+def test_seeded_sampling_reproduces():
+    sampling = Sampling(temperature=1.5, top_k=None)
+    first = generate(ToyModel(), ["abc"], 10, sampling, seed=3)[0].tokens
+    assert first == generate(ToyModel(), ["abc"], 10, sampling, seed=3)[0].tokens
+
+
+LOGITS = np.array([3.0, 2.5, 2.0, 0.0, -1.0])
+
+
+def _freq(sampling, history=None, n=4000):
+    rng = np.random.default_rng(0)
+    return np.bincount([next_token(LOGITS, sampling, rng, history) for _ in range(n)], minlength=5) / n
+
+
+def test_top_k_top_p_and_penalty():
+    assert set(np.nonzero(_freq(Sampling(1.0, top_k=2)))[0]) == {0, 1}
+    p = np.exp(LOGITS) / np.exp(LOGITS).sum()  # [0.49, 0.30, 0.18, ...]
+    assert set(np.nonzero(_freq(Sampling(1.0, top_k=None, top_p=0.7)))[0]) == {0, 1}
+    assert set(np.nonzero(_freq(Sampling(1.0, top_k=None, top_p=0.4)))[0]) == {0}
+    free = _freq(Sampling(1.0, top_k=None))
+    assert np.abs(free - p).max() < 0.03
+    assert next_token(LOGITS, Sampling(0.0, repetition_penalty=2.0), None, [0]) == 1  # 3/2 < 2.5
+    assert next_token(LOGITS, Sampling(0.0), None, [0]) == 0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(temperature=-0.1), "--temperature"), (dict(top_k=0), "--top-k"), (dict(top_p=0.0), "--top-p"),
+    (dict(top_p=1.5), "--top-p"), (dict(stop=("",)), "--stop"), (dict(repetition_penalty=0), "--repetition-penalty"),
+])
+def test_bad_sampling_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Sampling(**kwargs).validate()
