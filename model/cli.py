@@ -97,7 +97,7 @@ def sampling_from(args) -> Sampling:
 def unfinished_step(exc: BaseException) -> str | None:
     """For --impl steps: the learner's step file an exception came from."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if Path(f.filename).resolve().parent == ROOT / "steps"]
+              if Path(f.filename).resolve().parent.name == "steps"]
     if not frames:
         return None
     frame = frames[-1]

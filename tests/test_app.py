@@ -11,6 +11,7 @@ from checkpoints import write_checkpoint
 from conftest import run_python
 
 from checker import oracle
+from checker.skeleton import ROOT
 from model.generate import generate
 from model.gpt2 import load_gpt2
 from model.sampling import Sampling
@@ -133,3 +134,48 @@ def test_cli_help_explains_every_flag():
     for flag in ("--model", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty",
                  "--stop", "--seed", "--device", "--dtype", "--impl", "--quiet", "--json", "--prompt-file"):
         assert flag in done.stdout
+
+
+def _learner_tree(tmp_path, finished: bool):
+    """A folder holding a `steps` package: untouched skeletons, or every step
+    finished (the solutions, importing each other as steps.step_NN)."""
+    import os
+    import re
+
+    from checker.skeleton import make_skeleton, solutions, step_id
+
+    steps = tmp_path / "learner" / "steps"
+    steps.mkdir(parents=True)
+    (steps / "__init__.py").write_text("")
+    for solution in solutions():
+        text = solution.read_text()
+        if finished:
+            text = re.sub(r"\bsolutions\.solution_", "steps.step_", text)
+        else:
+            text = make_skeleton(text, step_id(solution))
+        (steps / f"step_{step_id(solution)}.py").write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return steps.parent, env
+
+
+def _cli_in(cwd, env, *args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "model", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_impl_steps_names_the_unfinished_step(tmp_path, folder):
+    cwd, env = _learner_tree(tmp_path, finished=False)
+    done = _cli_in(cwd, env, "--impl", "steps", "--model", str(folder), "x")
+    assert done.returncode == 2
+    assert "steps/step_01.py is not finished" in done.stderr and "pixi run s01" in done.stderr
+
+
+def test_impl_steps_runs_a_finished_course(tmp_path, folder):
+    cwd, env = _learner_tree(tmp_path, finished=True)
+    args = ("--model", str(folder), "--temperature", "0", "--max-new-tokens", "6", "--quiet", "Hello")
+    mine = _cli_in(cwd, env, "--impl", "steps", *args)
+    assert mine.returncode == 0, mine.stderr
+    assert mine.stdout == _cli(*args).stdout
