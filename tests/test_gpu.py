@@ -1,0 +1,38 @@
+"""On a machine with an accelerator: the compiled model on the GPU, in float32
+and in bfloat16 (the GPU default), against Hugging Face's reference data.
+Skipped (with the reason) where MAX sees no accelerator, as on CI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from checkpoints import reference
+
+from model.device import accelerator_count
+
+pytestmark = pytest.mark.skipif(accelerator_count() == 0, reason="MAX sees no accelerator on this machine")
+
+
+@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-3), ("bfloat16", 0.05)])
+def test_gpu_logits_and_greedy(dtype, tolerance):
+    from model.gpt2 import load_gpt2
+
+    folder, _, ref = reference("tiny-2l-4h")
+    gpt2 = load_gpt2(folder, device="gpu", dtype=dtype, last_only=False, with_tokenizer=False)
+    assert gpt2.placement.kind == "gpu" and gpt2.placement.dtype == dtype
+    logits = gpt2.forward_logits(ref["ids"])
+    scale = np.abs(ref["logits"]).max()
+    error = np.abs(logits - ref["logits"]).max() / scale
+    agree = (logits.argmax(-1) == ref["logits"].argmax(-1)).mean()
+    print(f"{dtype}: max |error| / max |logit| = {error:.2e}, argmax agreement {agree:.3f}, "
+          f"compile {gpt2.compile_seconds:.1f} s")
+    assert error <= tolerance
+    assert agree >= (1.0 if dtype == "float32" else 0.9)
+    # The cached greedy path on the GPU.
+    logits, cache = gpt2.step(ref["prompt"], gpt2.empty_cache(1))
+    tokens = []
+    for _ in range(len(ref["greedy"][0])):
+        tokens.append(int(logits[0, -1].argmax()))
+        logits, cache = gpt2.step(np.array([[tokens[-1]]]), cache)
+    if dtype == "float32":
+        assert tokens == ref["greedy"][0].tolist()
