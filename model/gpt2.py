@@ -75,8 +75,10 @@ class GPT2:
 
     def empty_cache(self, batch: int) -> list:
         """A cache holding nothing: n_layer (key, value) pairs of length 0."""
-        shape = (batch, self.config.n_head, 0, self.head_dim)
-        empty = self._tensor(np.zeros(shape, dtype=np.float32), self.placement.max_dtype())
+        from max.experimental.tensor import Tensor
+
+        shape = [batch, self.config.n_head, 0, self.head_dim]
+        empty = Tensor.zeros(shape, dtype=self.placement.max_dtype(), device=self.placement.max_device())
         return [empty] * (2 * self.config.n_layer)
 
     def step(self, ids: np.ndarray, cache: list) -> tuple[np.ndarray, list]:
@@ -111,16 +113,16 @@ class GPT2:
 
 
 def build_lm(config, impl: str = "solutions", dtype=None):
-    """GPT2LMHeadModel built lazily (no random init)."""
+    """GPT2LMHeadModel built lazily (no random init), its parameters in
+    ``dtype`` (default float32). The dtype is always set explicitly: MAX's own
+    default depends on the device (bfloat16 where an accelerator is present)."""
+    from max.dtype import DType
     from max.experimental import functional as F
     from max.experimental.tensor import default_dtype
 
     _, model_class = model_classes(impl)
-    with F.lazy():
-        if dtype is None:
-            return model_class(config)
-        with default_dtype(dtype):
-            return model_class(config)
+    with F.lazy(), default_dtype(dtype or DType.float32):
+        return model_class(config)
 
 
 def compile_lm(lm, config, placement: Placement, last_only: bool = True):
@@ -150,7 +152,7 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     config = read_config(folder, config_class)
     tokenizer = load_tokenizer(folder, config) if with_tokenizer else None
     state = load_state(folder, config)  # every shape verified before loading
-    lm = build_lm(config, impl, placement.max_dtype() if placement.dtype != "float32" else None)
+    lm = build_lm(config, impl, placement.max_dtype())
     lm.load_state_dict(state, auto_cast=placement.dtype != "float32")
     if placement.kind != "cpu":
         lm.to(placement.max_device())
