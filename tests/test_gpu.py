@@ -13,7 +13,9 @@ from model.device import accelerator_count
 pytestmark = pytest.mark.skipif(accelerator_count() == 0, reason="MAX sees no accelerator on this machine")
 
 
-@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-3), ("bfloat16", 0.05)])
+# Tolerances relative to the largest logit. float32 on an H100 measured 1.0e-3
+# (its matmuls may use TF32's 10-bit mantissa); bfloat16 measured 1.7e-2.
+@pytest.mark.parametrize("dtype, tolerance", [("float32", 5e-3), ("bfloat16", 0.05)])
 def test_gpu_logits_and_greedy(dtype, tolerance):
     from model.gpt2 import load_gpt2
 
