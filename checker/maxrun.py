@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,14 +26,33 @@ from checker.harness import CheckFailed, to_numpy
 SHAPES = [(1, 1), (2, 7), (2, 70)]
 
 
+@contextmanager
+def interpreter():
+    """Run eager MAX work in the interpreter alone.
+
+    MAX's default ("composite") executor also starts background compiles that
+    compete for the cores; on a 2-core machine the interpreter alone made the
+    checks 1.5-2x faster. Scoped, so that code outside the checks (the app's
+    bfloat16 weight casts, which the interpreter refuses) keeps the default.
+    An explicit MAX_EAGER_EXECUTOR in the environment wins."""
+    if os.environ.get("MAX_EAGER_EXECUTOR"):
+        yield
+        return
+    from max.experimental.executor import InterpreterExecutor, set_default_executor
+
+    with set_default_executor(InterpreterExecutor()):
+        yield
+
+
 def build(cls, *args, weights: dict[str, np.ndarray] | None = None, **kwargs):
     """``cls(*args, **kwargs)`` built lazily, then loaded with ``weights``."""
     from max.experimental import functional as F
 
-    with F.lazy():
-        module = cls(*args, **kwargs)
-    if weights is not None:
-        module.load_state_dict(weights)
+    with interpreter():
+        with F.lazy():
+            module = cls(*args, **kwargs)
+        if weights is not None:
+            module.load_state_dict(weights)
     return module
 
 
@@ -55,9 +75,10 @@ def lazily(fn, *args, what: str = "forward", **kwargs):
     """``fn(*args, **kwargs)`` traced lazily, realised as numpy."""
     from max.experimental import functional as F
 
-    with F.lazy():
-        result = fn(*args, **kwargs)
-    return numpy_tree(result, what)
+    with interpreter():
+        with F.lazy():
+            result = fn(*args, **kwargs)
+        return numpy_tree(result, what)
 
 
 def numpy_tree(value, what: str):
