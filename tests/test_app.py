@@ -179,3 +179,29 @@ def test_impl_steps_runs_a_finished_course(tmp_path, folder):
     mine = _cli_in(cwd, env, "--impl", "steps", *args)
     assert mine.returncode == 0, mine.stderr
     assert mine.stdout == _cli(*args).stdout
+
+
+def test_ctrl_c_prints_what_was_generated_and_exits_130(folder, monkeypatch, capsys):
+    import model.generate as engine
+    from model import cli
+
+    real = engine.generate
+
+    def interrupted(gpt2, prompts, max_new_tokens, sampling, seed=None, on_text=None):
+        calls = []
+
+        def on_text_then_ctrl_c(i, text):
+            calls.append(text)
+            if on_text:
+                on_text(i, text)
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+
+        return real(gpt2, prompts, max_new_tokens, sampling, seed, on_text_then_ctrl_c)
+
+    monkeypatch.setattr(engine, "generate", interrupted)
+    code = cli.main(["--model", str(folder), "--temperature", "0", "--max-new-tokens", "20", "Hello"])
+    out = capsys.readouterr()
+    assert code == 130
+    assert out.out.startswith("Hello") and len(out.out.strip()) > len("Hello")
+    assert "stop: interrupted" in out.err and "(interrupted)" in out.err

@@ -50,3 +50,17 @@ def test_cached_greedy_equals_hugging_face_generate(compiled):
 def test_compile_time_is_reported(compiled):
     gpt2, _ = compiled
     assert gpt2.compile_seconds > 0 and gpt2.placement.kind == "cpu" and gpt2.placement.dtype == "float32"
+
+
+def test_step_12_generate_over_the_compiled_model(compiled):
+    # The learner's loop (step 12) driving the compiled graph, without a cache:
+    # the same tokens as Hugging Face's cached generate.
+    from solutions.solution_12 import generate
+
+    gpt2, ref = compiled
+
+    def next_logits(ids):
+        return gpt2.forward_logits(np.array([ids]))[0, -1]
+
+    tokens = generate(next_logits, ref["prompt"][0].tolist(), len(ref["greedy"][0]))
+    assert tokens == ref["greedy"][0].tolist()
