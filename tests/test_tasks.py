@@ -32,7 +32,7 @@ def test_pixi_manifest_shape():
 def test_every_step_has_a_task_and_the_suite_too():
     for step in cli.STEP_TITLES:
         assert TASKS[f"s{step}"]["cmd"] == f"python -m checker {step}"
-    for name in ("test", "test-all", "warm", "skeletons", "generate"):
+    for name in ("test", "test-all", "warm", "skeletons", "generate", "bench"):
         assert name in TASKS
     assert all(spec.get("description") for spec in TASKS.values())
 
@@ -75,6 +75,8 @@ def test_other_tasks_run_through_tasks_py():
     assert warm.returncode in (0, 1) and "provisioned" in warm.stdout
     suite = tasks_py("test", "--collect-only", "-q", "tests/test_skeletons.py")
     assert suite.returncode == 0 and "test_regions_become_placeholders" in suite.stdout
+    bench = tasks_py("bench", "--help")
+    assert bench.returncode == 0 and "--hf-python" in bench.stdout
     generate = tasks_py("generate", "--help")
     assert generate.returncode == 0 and "--max-new-tokens" in generate.stdout
     every = tasks_py("test-all", "--solution", "--no-color")

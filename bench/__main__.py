@@ -1,0 +1,218 @@
+"""``python -m bench`` (``pixi run bench``): this project against Hugging Face
+transformers + torch on the same machine, the same GPT-2 shape and the same
+token ids; prints a table of medians with speedups and writes them as JSON.
+
+Figures: prefill time at 16 and 512 prompt tokens, decode tokens/s over 128
+new tokens at batch 1 and 8 (greedy, KV cache), time to first token (the
+16-token prefill), compile time (this process: warm when MAX's disk cache has
+the graph; cold with --cold-compile, in a fresh cache), start-to-first-token,
+peak memory. The speedup column is how many times faster this project is
+(HF time / our time, or our tokens/s / HF tokens/s): above 1 we win.
+
+Weights: --model names a checkpoint; by default a random checkpoint of the
+chosen GPT-2 size is written once under ~/.cache/gpt2-on-max (speed does not
+depend on the values). The HF baseline needs torch, which is not a dependency:
+name an interpreter that has it with --hf-python or GPT2_MAX_HF_PYTHON (here:
+a Python 3.11 venv with torch 2.13.0 and transformers), or it is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROCESS_START = time.perf_counter()
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpt2-on-max"
+
+
+def random_checkpoint(size: str) -> Path:
+    from solutions.solution_01 import GPT2Config
+    from weights.synthetic import write_checkpoint
+
+    folder = CACHE / f"bench-{size}-random"
+    if not (folder / "model.safetensors").is_file():
+        c = GPT2Config.from_name(size)
+        sizes = dict(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd, n_layer=c.n_layer,
+                     n_head=c.n_head)
+        print(f"writing a random {size} checkpoint to {folder} (once)", file=sys.stderr)
+        write_checkpoint(folder, sizes, seed=0)
+    return folder
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory. VmHWM, not ru_maxrss: Linux carries
+    ru_maxrss across fork and exec, so a child would report its parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,
+                 prefill=(16, 512), batches=(1, 8)) -> dict:
+    from model.gpt2 import load_gpt2
+
+    start = time.perf_counter()
+    gpt2 = load_gpt2(folder, device=device, dtype=dtype, with_tokenizer=False)
+    load_s = time.perf_counter() - start
+    vocab = gpt2.config.vocab_size
+    rng = np.random.default_rng(0)
+    first = rng.integers(0, vocab, (1, prefill[0]))
+    gpt2.step(first, gpt2.empty_cache(1))
+    out = {"impl": "max", "dtype": dtype, "device": gpt2.placement.kind, "compile_s": gpt2.compile_seconds,
+           "load_s": load_s, "start_to_first_token_s": time.perf_counter() - PROCESS_START,
+           "prefill_ms": {}, "decode_tok_s": {}}
+    for n in prefill:
+        ids = rng.integers(0, vocab, (1, n))
+        gpt2.step(ids, gpt2.empty_cache(1))  # warm-up
+        out["prefill_ms"][str(n)] = 1000 * timed(lambda: gpt2.step(ids, gpt2.empty_cache(1)), reps)
+    out["ttft_ms"] = out["prefill_ms"][str(prefill[0])]
+    for batch in batches:
+        ids = rng.integers(0, vocab, (batch, prefill[0]))
+
+        def decode():
+            logits, cache = gpt2.step(ids, gpt2.empty_cache(batch))
+            start = time.perf_counter()
+            for _ in range(new_tokens - 1):
+                logits, cache = gpt2.step(logits.argmax(-1)[:, None], cache)
+            return time.perf_counter() - start
+
+        decode()  # warm-up
+        seconds = statistics.median(decode() for _ in range(reps))
+        out["decode_tok_s"][str(batch)] = batch * (new_tokens - 1) / seconds
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def cold_compile_seconds(folder: Path, dtype: str) -> float:
+    """Compile in a child process with an empty MAX cache (minutes)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as empty:
+        code = ("from model.gpt2 import load_gpt2; import sys; "
+                f"g = load_gpt2({str(folder)!r}, device='cpu', dtype={dtype!r}, with_tokenizer=False); "
+                "print(g.compile_seconds)")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent,
+                              env=dict(os.environ, XDG_CACHE_HOME=empty))
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr.strip().splitlines()[-1])
+        return float(done.stdout.strip().splitlines()[-1])
+
+
+def measure_hf(python: str, folder: Path, reps: int, new_tokens: int) -> dict:
+    done = subprocess.run([python, str(HERE / "hf_baseline.py"), str(folder), "--reps", str(reps),
+                           "--new-tokens", str(new_tokens)], capture_output=True, text=True, env=dict(os.environ))
+    if done.returncode != 0:
+        raise RuntimeError((done.stderr.strip().splitlines() or ["failed"])[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+ROWS = [  # (label, key, sub-key, unit, higher is better)
+    ("prefill 16 tokens", "prefill_ms", "16", "ms", False),
+    ("prefill 512 tokens", "prefill_ms", "512", "ms", False),
+    ("decode, batch 1", "decode_tok_s", "1", "tok/s", True),
+    ("decode, batch 8", "decode_tok_s", "8", "tok/s", True),
+    ("time to first token", "ttft_ms", None, "ms", False),
+    ("peak memory (RSS)", "peak_rss_mb", None, "MB", False),
+]
+
+
+def value(result: dict, key: str, sub: str | None):
+    v = result.get(key)
+    return v.get(sub) if isinstance(v, dict) else v
+
+
+def table(ours: list[dict], hf: dict | None) -> str:
+    lines = []
+    for r in ours:
+        lines.append(f"this project, {r['dtype']} on {r['device']} (compile {r['compile_s']:.1f} s"
+                     + (f", cold {r['cold_compile_s']:.1f} s" if "cold_compile_s" in r else "")
+                     + f"; start to first token {r['start_to_first_token_s']:.1f} s)")
+    header = f"{'figure':<22}" + "".join(f"{'max ' + r['dtype']:>16}" for r in ours)
+    header += f"{'hf float32':>14}" + "".join(f"{'speedup ' + r['dtype'][:4]:>15}" for r in ours)
+    lines += ["", header, "-" * len(header)]
+    for label, key, sub, unit, higher in ROWS:
+        row = f"{label + ' (' + unit + ')':<22}"
+        row += "".join(f"{value(r, key, sub):>16.1f}" for r in ours)
+        h = value(hf, key, sub) if hf else None
+        row += f"{h:>14.1f}" if h is not None else f"{'-':>14}"
+        for r in ours:
+            v = value(r, key, sub)
+            speed = (v / h if higher else h / v) if h else None
+            row += f"{speed:>14.2f}x" if speed is not None else f"{'-':>15}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="checkpoint folder or hub id (default: a random checkpoint of --size)")
+    p.add_argument("--size", default="gpt2", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"],
+                   help="GPT-2 shape of the random checkpoint (default: gpt2, 124M)")
+    p.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"],
+                   help="this project's precisions to measure (default: float32; bfloat16 is the GPU default)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu", "auto"])
+    p.add_argument("--reps", type=int, default=3, help="repetitions per figure; medians are reported (default: 3)")
+    p.add_argument("--new-tokens", type=int, default=128, help="tokens per decode run (default: 128)")
+    p.add_argument("--hf-python", default=os.environ.get("GPT2_MAX_HF_PYTHON"),
+                   help="an interpreter with torch + transformers for the baseline (or GPT2_MAX_HF_PYTHON)")
+    p.add_argument("--cold-compile", action="store_true", help="also time a compile with an empty MAX cache")
+    p.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
+    args = p.parse_args(argv)
+    if args.model:
+        from weights import resolve_model
+
+        folder = resolve_model(args.model)
+    else:
+        folder = random_checkpoint(args.size)
+    ours = []
+    for dtype in args.dtypes:
+        result = measure_ours(folder, dtype, args.device, args.reps, args.new_tokens)
+        if args.cold_compile:
+            result["cold_compile_s"] = cold_compile_seconds(folder, dtype)
+        ours.append(result)
+    hf = None
+    if args.hf_python:
+        try:
+            hf = measure_hf(args.hf_python, folder, args.reps, args.new_tokens)
+        except (OSError, RuntimeError, json.JSONDecodeError) as exc:
+            print(f"Hugging Face baseline failed ({exc}); skipped", file=sys.stderr)
+    else:
+        print("Hugging Face baseline skipped: no --hf-python / GPT2_MAX_HF_PYTHON with torch", file=sys.stderr)
+    machine = {"cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
+               "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
+    print(f"machine: {machine['cpu_count']} cores, {machine['memory_gb']} GiB, {machine['machine']}; "
+          f"model: {folder.name}; medians of {args.reps}")
+    print(table(ours, hf))
+    args.json.write_text(json.dumps({"machine": machine, "model": str(folder), "ours": ours, "hf": hf}, indent=2))
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The Hugging Face side of the benchmark: transformers + torch, fp32, KV cache,
+greedy `generate`. Run by bench/__main__.py in an interpreter that has torch
+(torch is not a dependency of this project); prints one JSON object.
+
+    python bench/hf_baseline.py FOLDER --reps 3 --new-tokens 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import GPT2LMHeadModel
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory. VmHWM, not ru_maxrss: Linux carries
+    ru_maxrss across fork and exec, so a child would report its parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("folder")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--prefill", type=int, nargs="+", default=[16, 512])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    args = p.parse_args()
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    model = GPT2LMHeadModel.from_pretrained(args.folder, torch_dtype=torch.float32).eval()
+    load_s = time.perf_counter() - start
+    vocab = model.config.vocab_size
+    out = {"impl": "hf", "dtype": "float32", "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "load_s": load_s, "prefill_ms": {}, "decode_tok_s": {}}
+    with torch.inference_mode():
+        for n in args.prefill:
+            ids = torch.randint(0, vocab, (1, n))
+            model(ids)  # warm-up
+            out["prefill_ms"][str(n)] = 1000 * timed(lambda: model(ids, use_cache=True), args.reps)
+        out["ttft_ms"] = out["prefill_ms"][str(min(args.prefill))]
+        for batch in args.batches:
+            ids = torch.randint(0, vocab, (batch, 16))
+            kw = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
+                      use_cache=True, pad_token_id=0)
+            model.generate(ids, **dict(kw, max_new_tokens=4, min_new_tokens=4))  # warm-up
+            total = timed(lambda: model.generate(ids, **kw), args.reps)
+            prefill = timed(lambda: model(ids, use_cache=True), args.reps)
+            out["decode_tok_s"][str(batch)] = batch * (args.new_tokens - 1) / max(total - prefill, 1e-9)
+    out["peak_rss_mb"] = peak_rss_mb()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
