@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,8 @@ from pathlib import Path
 PROCESS_START = time.perf_counter()
 
 import numpy as np  # noqa: E402
+
+from bench.measure import peak_rss_mb, timed  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpt2-on-max"
@@ -49,27 +50,6 @@ def random_checkpoint(size: str) -> Path:
         print(f"writing a random {size} checkpoint to {folder} (once)", file=sys.stderr)
         write_checkpoint(folder, sizes, seed=0)
     return folder
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory. VmHWM, not ru_maxrss: Linux carries
-    ru_maxrss across fork and exec, so a child would report its parent's peak."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def timed(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,

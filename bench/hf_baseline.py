@@ -9,34 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 from transformers import GPT2LMHeadModel
 
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory. VmHWM, not ru_maxrss: Linux carries
-    ru_maxrss across fork and exec, so a child would report its parent's peak."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def timed(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import peak_rss_mb, timed  # noqa: E402  (bench/measure.py)
 
 
 def main() -> None:

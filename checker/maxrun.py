@@ -139,3 +139,28 @@ def interpreter_cache_is_warm() -> bool | None:
     if done.returncode not in (0, 1):
         return None
     return done.returncode == 0
+
+
+# The small GPT-2 every model step is checked at (head_dim 12).
+SMALL_CONFIG = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=2, n_head=4)
+
+
+def paired_modules(ctx, class_name: str, seed: int, config: dict = SMALL_CONFIG):
+    """(learner's module, solution's module, weights): each built from its own
+    file's ``class_name`` and ``GPT2Config(**config)``, both loaded with the
+    same random weights; built once per step run."""
+    key = ("paired", class_name)
+    if key not in ctx.cache:
+        solution = build(getattr(ctx.solution, class_name), ctx.solution.GPT2Config(**config))
+        weights = random_weights(parameter_shapes(solution), seed=seed)
+        solution.load_state_dict(weights)
+        learner = build(getattr(ctx.learner, class_name), ctx.learner.GPT2Config(**config), weights=weights)
+        ctx.cache[key] = learner, solution, weights
+    return ctx.cache[key]
+
+
+def check_same_parameters(ctx, class_name: str, hint: str, config: dict = SMALL_CONFIG) -> None:
+    """The learner's ``class_name`` has the solution's parameter names and shapes."""
+    learner = build(getattr(ctx.learner, class_name), ctx.learner.GPT2Config(**config))
+    solution = build(getattr(ctx.solution, class_name), ctx.solution.GPT2Config(**config))
+    assert_parameters(learner, solution, hint)

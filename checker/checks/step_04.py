@@ -9,7 +9,7 @@ from checker.harness import Check, StepContext, compare
 
 TITLE = "the MLP (GPT2MLP)"
 USES_MAX = True
-CONFIG = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=2, n_head=4)
+CONFIG = maxrun.SMALL_CONFIG
 
 
 def _gelu_mistakes(x: np.ndarray) -> dict[str, np.ndarray]:
@@ -31,16 +31,9 @@ def check_gelu(ctx: StepContext) -> None:
             "0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))", lambda: _gelu_mistakes(x))
 
 
-def _config(module):
-    return module.GPT2Config(**CONFIG)
-
-
 def check_parameters(ctx: StepContext) -> None:
-    learner = maxrun.build(ctx.learner.GPT2MLP, _config(ctx.learner))
-    solution = maxrun.build(ctx.solution.GPT2MLP, _config(ctx.solution))
-    maxrun.assert_parameters(
-        learner, solution, "c_fc = Linear(n_embd, 4 * n_embd), c_proj = Linear(4 * n_embd, n_embd), both with bias"
-    )
+    maxrun.check_same_parameters(
+        ctx, "GPT2MLP", "c_fc = Linear(n_embd, 4 * n_embd), c_proj = Linear(4 * n_embd, n_embd), both with bias")
 
 
 def _mlp_mistakes(x, w):
@@ -55,10 +48,7 @@ def _mlp_mistakes(x, w):
 
 
 def check_forward(ctx: StepContext) -> None:
-    solution = maxrun.build(ctx.solution.GPT2MLP, _config(ctx.solution))
-    weights = maxrun.random_weights(maxrun.parameter_shapes(solution), seed=4)
-    solution.load_state_dict(weights)
-    learner = maxrun.build(ctx.learner.GPT2MLP, _config(ctx.learner), weights=weights)
+    learner, solution, weights = maxrun.paired_modules(ctx, "GPT2MLP", seed=4)
     rng = np.random.default_rng(4)
     for batch, seq in maxrun.SHAPES:
         x = rng.standard_normal((batch, seq, CONFIG["n_embd"])).astype(np.float32)

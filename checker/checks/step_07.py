@@ -14,7 +14,7 @@ from checker.harness import Check, CheckFailed, StepContext, compare
 
 TITLE = "multi-head attention"
 USES_MAX = True
-CONFIG = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=2, n_head=4)
+CONFIG = maxrun.SMALL_CONFIG
 E, H = CONFIG["n_embd"], CONFIG["n_head"]
 D = E // H
 
@@ -28,26 +28,14 @@ HINT_MERGE = "merge heads with transpose(1, 2) first, then reshape to [b, t, n_e
 HINT_ORDER = "c_attn's output is Q, K, V in that order: split it into three n_embd-wide parts"
 
 
-def _config(module):
-    return module.GPT2Config(**CONFIG)
-
-
 def _modules(ctx: StepContext):
-    if "modules" not in ctx.cache:
-        solution = maxrun.build(ctx.solution.GPT2MultiHeadAttention, _config(ctx.solution))
-        weights = maxrun.random_weights(maxrun.parameter_shapes(solution), seed=7)
-        solution.load_state_dict(weights)
-        learner = maxrun.build(ctx.learner.GPT2MultiHeadAttention, _config(ctx.learner), weights=weights)
-        ctx.cache["modules"] = learner, solution, weights
-    return ctx.cache["modules"]
+    return maxrun.paired_modules(ctx, "GPT2MultiHeadAttention", seed=7)
 
 
 def check_parameters(ctx: StepContext) -> None:
-    learner = maxrun.build(ctx.learner.GPT2MultiHeadAttention, _config(ctx.learner))
-    solution = maxrun.build(ctx.solution.GPT2MultiHeadAttention, _config(ctx.solution))
-    maxrun.assert_parameters(
-        learner, solution, "c_attn = Linear(n_embd, 3 * n_embd) and c_proj = Linear(n_embd, n_embd), with bias"
-    )
+    maxrun.check_same_parameters(
+        ctx, "GPT2MultiHeadAttention",
+        "c_attn = Linear(n_embd, 3 * n_embd) and c_proj = Linear(n_embd, n_embd), with bias")
 
 
 def check_split_heads(ctx: StepContext) -> None:

@@ -9,25 +9,17 @@ from checker.harness import Check, CheckFailed, StepContext, compare
 
 TITLE = "the transformer block"
 USES_MAX = True
-CONFIG = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=2, n_head=4)
+CONFIG = maxrun.SMALL_CONFIG
 E, H = CONFIG["n_embd"], CONFIG["n_head"]
 USES = "this step runs your steps 03, 04, 07 and 08: make sure their checks pass"
 
 
 def _modules(ctx: StepContext):
-    if "modules" not in ctx.cache:
-        solution = maxrun.build(ctx.solution.GPT2Block, ctx.solution.GPT2Config(**CONFIG))
-        weights = maxrun.random_weights(maxrun.parameter_shapes(solution), seed=9)
-        solution.load_state_dict(weights)
-        learner = maxrun.build(ctx.learner.GPT2Block, ctx.learner.GPT2Config(**CONFIG), weights=weights)
-        ctx.cache["modules"] = learner, solution, weights
-    return ctx.cache["modules"]
+    return maxrun.paired_modules(ctx, "GPT2Block", seed=9)
 
 
 def check_parameters(ctx: StepContext) -> None:
-    learner = maxrun.build(ctx.learner.GPT2Block, ctx.learner.GPT2Config(**CONFIG))
-    solution = maxrun.build(ctx.solution.GPT2Block, ctx.solution.GPT2Config(**CONFIG))
-    maxrun.assert_parameters(learner, solution, "children named ln_1, attn, ln_2, mlp (Hugging Face's names)")
+    maxrun.check_same_parameters(ctx, "GPT2Block", "children named ln_1, attn, ln_2, mlp (Hugging Face's names)")
 
 
 def _mistakes(x, w, past=None):

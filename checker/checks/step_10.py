@@ -9,19 +9,13 @@ from checker.harness import Check, CheckFailed, StepContext, compare
 
 TITLE = "the stacked model"
 USES_MAX = True
-CONFIG = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=2, n_head=4)
+CONFIG = maxrun.SMALL_CONFIG
 H = CONFIG["n_head"]
 USES = "this step runs your steps 03, 05, 06 and 09 (and what they use): make sure their checks pass"
 
 
 def _modules(ctx: StepContext):
-    if "modules" not in ctx.cache:
-        solution = maxrun.build(ctx.solution.GPT2Model, ctx.solution.GPT2Config(**CONFIG))
-        weights = maxrun.random_weights(maxrun.parameter_shapes(solution), seed=10)
-        solution.load_state_dict(weights)
-        learner = maxrun.build(ctx.learner.GPT2Model, ctx.learner.GPT2Config(**CONFIG), weights=weights)
-        ctx.cache["modules"] = learner, solution, weights
-    return ctx.cache["modules"]
+    return maxrun.paired_modules(ctx, "GPT2Model", seed=10)
 
 
 def call(module, ids: np.ndarray, past=None):
@@ -32,12 +26,8 @@ def call(module, ids: np.ndarray, past=None):
 
 
 def check_parameters(ctx: StepContext) -> None:
-    learner = maxrun.build(ctx.learner.GPT2Model, ctx.learner.GPT2Config(**CONFIG))
-    solution = maxrun.build(ctx.solution.GPT2Model, ctx.solution.GPT2Config(**CONFIG))
-    maxrun.assert_parameters(
-        learner, solution,
-        "wte, wpe, h (an nn.ModuleList of n_layer GPT2Blocks: h.0, h.1, ...) and ln_f",
-    )
+    maxrun.check_same_parameters(
+        ctx, "GPT2Model", "wte, wpe, h (an nn.ModuleList of n_layer GPT2Blocks: h.0, h.1, ...) and ln_f")
 
 
 def check_forward(ctx: StepContext) -> None:

@@ -10,26 +10,17 @@ from checker.harness import Check, CheckFailed, StepContext, compare
 
 TITLE = "the language-model head"
 USES_MAX = True
-CONFIG = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=2, n_head=4)
+CONFIG = maxrun.SMALL_CONFIG
 
 
 def _modules(ctx: StepContext):
-    if "modules" not in ctx.cache:
-        solution = maxrun.build(ctx.solution.GPT2LMHeadModel, ctx.solution.GPT2Config(**CONFIG))
-        weights = maxrun.random_weights(maxrun.parameter_shapes(solution), seed=11)
-        solution.load_state_dict(weights)
-        learner = maxrun.build(ctx.learner.GPT2LMHeadModel, ctx.learner.GPT2Config(**CONFIG), weights=weights)
-        ctx.cache["modules"] = learner, solution, weights
-    return ctx.cache["modules"]
+    return maxrun.paired_modules(ctx, "GPT2LMHeadModel", seed=11)
 
 
 def check_parameters(ctx: StepContext) -> None:
-    learner = maxrun.build(ctx.learner.GPT2LMHeadModel, ctx.learner.GPT2Config(**CONFIG))
-    solution = maxrun.build(ctx.solution.GPT2LMHeadModel, ctx.solution.GPT2Config(**CONFIG))
-    maxrun.assert_parameters(
-        learner, solution,
-        "self.transformer = GPT2Model(config); the head reuses transformer.wte.weight, so it has no weight of its own",
-    )
+    maxrun.check_same_parameters(
+        ctx, "GPT2LMHeadModel",
+        "self.transformer = GPT2Model(config); the head reuses transformer.wte.weight, so it has no weight of its own")
 
 
 def check_logits(ctx: StepContext) -> None:

@@ -9,7 +9,7 @@ from checker.harness import Check, CheckFailed, StepContext
 
 TITLE = "text generation"
 USES_MAX = True
-CONFIG = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=2, n_head=4)
+CONFIG = maxrun.SMALL_CONFIG
 
 
 def _softmax(x):
