@@ -90,7 +90,7 @@ def _warn_if_cold(paint) -> None:
     _warned = True
     print(paint(YELLOW, "  note: MAX's kernel cache on this machine is cold, so this check compiles kernels\n"
                         "        as it goes (25-50 s per new operation; several minutes the first time).\n"
-                        "        Run `pixi run warm` once (about 15 min) and every check takes seconds."))
+                        "        Run `pixi run warm` once (about 20 min on 2 cores) and every check takes seconds."))
 
 
 def _shown(path: Path) -> str:
