@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from checker import maxrun
 from checker.harness import Check, CheckFailed, StepContext, compare
 
