@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="gpt2", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"],
                    help="GPT-2 shape of the random checkpoint (default: gpt2, 124M)")
     p.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"],
-                   help="this project's precisions to measure (default: float32; bfloat16 is the GPU default)")
+                   help="this project's precisions to measure (default: float32; bfloat16 needs --device gpu)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu", "auto"])
     p.add_argument("--reps", type=int, default=3, help="repetitions per figure; medians are reported (default: 3)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens per decode run (default: 128)")

@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=DEVICES,
                    help="auto takes a GPU when MAX sees one (default: auto)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
-                   help="auto: float32 on CPU, bfloat16 on GPU (default: auto)")
+                   help="auto: float32 on CPU, bfloat16 on GPU; bfloat16 is GPU-only (default: auto)")
     p.add_argument("--impl", default="solutions", choices=("solutions", "steps"),
                    help="which code builds the model: the reference solutions, or your own steps/ files")
     output = p.add_mutually_exclusive_group()

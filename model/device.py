@@ -2,7 +2,9 @@
 
 ``--device auto`` takes an accelerator when MAX sees one, else the CPU.
 ``--dtype auto`` is float32 on the CPU and bfloat16 on a GPU: GPUs have fast
-bf16 matmuls, while these CPUs (no AVX512-BF16) ran bf16 5x slower than fp32.
+bf16 matmuls. bfloat16 on the CPU is refused: MAX 26.7 fuses GPT-2's layer
+norm into a CPU kernel that fails to compile in bf16 (its epsilon must be
+float32), and CPUs without AVX512-BF16 ran bf16 matmuls 5x slower than fp32.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
     if device == "gpu" and accelerators == 0:
         raise DeviceError("--device gpu: MAX sees no accelerator on this machine (use --device cpu or auto)")
     kind = "gpu" if device == "gpu" or (device == "auto" and accelerators > 0) else "cpu"
+    if kind == "cpu" and dtype == "bfloat16":
+        raise DeviceError("--dtype bfloat16 runs on a GPU only; on the CPU use float32 "
+                          "(MAX 26.7's CPU layer norm does not compile in bf16)")
     if dtype == "auto":
         dtype = "bfloat16" if kind == "gpu" else "float32"
     return Placement(kind, dtype)

@@ -114,6 +114,7 @@ def test_cli_bad_models(tmp_path, folder):
         (["--model", str(empty), "x"], "no config.json"),
         (["--model", str(tmp_path / "missing"), "x"], "no such folder"),
         (["--model", str(folder), "--device", "gpu", "x"], "no accelerator"),
+        (["--model", str(folder), "--device", "cpu", "--dtype", "bfloat16", "x"], "bfloat16 runs on a GPU only"),
     ]
     bad = write_checkpoint(tmp_path / "llama", dict(SIZES, vocab_size=64))
     config = json.loads((bad / "config.json").read_text())

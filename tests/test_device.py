@@ -14,11 +14,16 @@ from model.device import DeviceError, Placement, accelerator_count, choose
     ("cpu", "auto", 1, Placement("cpu", "float32")),
     ("gpu", "auto", 2, Placement("gpu", "bfloat16")),
     ("gpu", "float32", 1, Placement("gpu", "float32")),
-    ("cpu", "bfloat16", 0, Placement("cpu", "bfloat16")),
     ("auto", "float32", 1, Placement("gpu", "float32")),
 ])
 def test_choice(device, dtype, accelerators, expected):
     assert choose(device, dtype, accelerators) == expected
+
+
+def test_bfloat16_on_the_cpu_is_refused():
+    for device, accelerators in (("cpu", 1), ("auto", 0)):
+        with pytest.raises(DeviceError, match="bfloat16 runs on a GPU only"):
+            choose(device, "bfloat16", accelerators)
 
 
 def test_gpu_without_accelerator_is_refused():
