@@ -159,8 +159,12 @@ def paired_modules(ctx, class_name: str, seed: int, config: dict = SMALL_CONFIG)
     return ctx.cache[key]
 
 
-def check_same_parameters(ctx, class_name: str, hint: str, config: dict = SMALL_CONFIG) -> None:
-    """The learner's ``class_name`` has the solution's parameter names and shapes."""
-    learner = build(getattr(ctx.learner, class_name), ctx.learner.GPT2Config(**config))
-    solution = build(getattr(ctx.solution, class_name), ctx.solution.GPT2Config(**config))
-    assert_parameters(learner, solution, hint)
+def check_same_parameters(ctx, class_name: str, hint: str, *args, config: dict = SMALL_CONFIG) -> None:
+    """The learner's ``class_name`` has the solution's parameter names and shapes.
+
+    Both are built from ``args`` or, when none are given, from their own
+    file's ``GPT2Config(**config)``."""
+    def make(module):
+        return build(getattr(module, class_name), *(args or (module.GPT2Config(**config),)))
+
+    assert_parameters(make(ctx.learner), make(ctx.solution), hint)

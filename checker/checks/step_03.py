@@ -40,9 +40,7 @@ def _mistakes(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> dict[str, np.ndarr
 
 
 def check_parameters(ctx: StepContext) -> None:
-    learner = maxrun.build(ctx.learner.LayerNorm, DIM)
-    solution = maxrun.build(ctx.solution.LayerNorm, DIM)
-    maxrun.assert_parameters(learner, solution, "self.weight and self.bias, each of shape [dim]")
+    maxrun.check_same_parameters(ctx, "LayerNorm", "self.weight and self.bias, each of shape [dim]", DIM)
 
 
 def check_initial_values(ctx: StepContext) -> None:

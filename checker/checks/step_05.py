@@ -13,9 +13,8 @@ VOCAB, DIM = 101, 48
 
 
 def check_parameters(ctx: StepContext) -> None:
-    learner = maxrun.build(ctx.learner.TokenEmbedding, VOCAB, DIM)
-    solution = maxrun.build(ctx.solution.TokenEmbedding, VOCAB, DIM)
-    maxrun.assert_parameters(learner, solution, "one table `weight` of shape [vocab_size, n_embd]: a row per token id")
+    maxrun.check_same_parameters(
+        ctx, "TokenEmbedding", "one table `weight` of shape [vocab_size, n_embd]: a row per token id", VOCAB, DIM)
 
 
 def _ids(batch: int, seq: int, seed: int) -> np.ndarray:

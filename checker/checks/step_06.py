@@ -11,9 +11,8 @@ POSITIONS, DIM = 96, 48
 
 
 def check_parameters(ctx: StepContext) -> None:
-    learner = maxrun.build(ctx.learner.PositionEmbedding, POSITIONS, DIM)
-    solution = maxrun.build(ctx.solution.PositionEmbedding, POSITIONS, DIM)
-    maxrun.assert_parameters(learner, solution, "one table `weight` of shape [n_positions, n_embd]: a row per position")
+    maxrun.check_same_parameters(
+        ctx, "PositionEmbedding", "one table `weight` of shape [n_positions, n_embd]: a row per position", POSITIONS, DIM)
 
 
 def _compare(ctx: StepContext, cases) -> None:
