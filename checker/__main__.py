@@ -4,6 +4,7 @@
     python -m checker 03 --file my.py     # check another file as step 03
     python -m checker 03 --solution       # check the reference solution itself
     python -m checker all                 # every step; report which are done
+    python -m checker 13                  # a bonus step (13-16, optional)
 
 Exit code 0 only when every check of every requested step passes.
 """
@@ -33,7 +34,13 @@ STEP_TITLES = {
     "10": "the stacked model",
     "11": "the language-model head",
     "12": "text generation",
+    # Bonus steps (optional): attention as other courses write it.
+    "13": "multi-head attention in numpy (bonus)",
+    "14": "the post-LN attention block (bonus)",
+    "15": "attention weights (bonus)",
+    "16": "rotary causal attention (bonus)",
 }
+BONUS = ("13", "14", "15", "16")
 
 GREEN, RED, YELLOW, DIM, RESET = "\033[32m", "\033[31m", "\033[33m", "\033[2m", "\033[0m"
 
@@ -106,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Check your steps/step_NN.py against the reference solution. "
         "Prints one line per check (PASS or FAIL, with its time) and a hint for the first failure.",
     )
-    parser.add_argument("step", help="step number (01-12, or 1-12) or 'all'")
+    parser.add_argument("step", help="step number (01-12, bonus 13-16; 1-16 also works) or 'all'")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--file", type=Path, help="check this file instead of steps/step_NN.py")
     source.add_argument("--solution", action="store_true", help="check the reference solution itself")
@@ -138,16 +145,20 @@ def _path(step: str, file: Path | None, solution: bool) -> Path:
 
 
 def check_all(color: bool, solution: bool) -> int:
+    """Every step; the exit code counts the core steps only (bonus steps are optional)."""
     results = {}
     for step in STEP_TITLES:
         results[step] = check_step(step, _path(step, None, solution), color, quiet=True)
         print()
     print("Progress:")
     for step, result in results.items():
+        if step == BONUS[0]:
+            print("  bonus steps (optional):")
         state = {True: "done", False: "not done", None: "coming later"}[result]
         print(f"  {step}  {STEP_TITLES[step]:<42} {state}")
-    written = [r for r in results.values() if r is not None]
-    print(f"{sum(written)} of {len(written)} steps done.")
+    written = [r for step, r in results.items() if r is not None and step not in BONUS]
+    bonus = [r for step, r in results.items() if r is not None and step in BONUS]
+    print(f"{sum(written)} of {len(written)} steps done; {sum(bonus)} of {len(bonus)} bonus steps.")
     return 0 if all(written) else 1
 
 

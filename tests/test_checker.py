@@ -66,7 +66,7 @@ def test_returning_none_is_named(tmp_path):
 
 
 def test_unknown_step_and_missing_file():
-    assert _cli("13").returncode == 2
+    assert _cli("17").returncode == 2
     missing = _cli("01", "--file", "/nonexistent/step.py")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 

@@ -1,0 +1,72 @@
+"""Bonus step 14: the post-LN attention block of "Attention Is All You Need".
+
+What
+    ``post_ln_attention_block(x, w_q, w_k, w_v, w_o, num_heads)`` for x of
+    shape (N, T, d_model) and four (d_model, d_model) matrices, as in the
+    2017 paper's encoder (no mask, no biases, a layer norm with no learned
+    scale or shift, eps 1e-5):
+
+        Q, K, V = x W_q, x W_k, x W_v                 (x @ W: rows are inputs)
+        heads   = softmax(Q_i K_i^T / sqrt(d_h)) V_i  for each head i
+        out     = LayerNorm(x + concat(heads) W_o)    normalized over d_model
+
+Why post-LN and pre-LN differ
+    The 2017 Transformer normalizes *after* adding the residual:
+    ``LayerNorm(x + Sublayer(x))``. GPT-2 (step 08) normalizes *before* the
+    sublayer and adds the raw input: ``x + Sublayer(LayerNorm(x))``. In
+    pre-LN the residual stream is never normalized, so a gradient has an
+    untouched path from the loss to the first layer; that is why GPT-2 and
+    most later models train deep stacks without the careful learning-rate
+    warm-up post-LN needs. (GPT-2 then adds one final ``ln_f``, step 10.)
+
+Errors
+    ``num_heads`` must divide d_model: raise ``ValueError`` naming both.
+
+Useful MAX calls
+    ``x @ w``, ``t.reshape([...])``, ``t.transpose(a, b)``,
+    ``F.softmax(t, axis=-1)``, ``t.mean(axis=-1)`` (keeps the axis, size 1),
+    ``F.rsqrt(t)``; ``int(x.shape[-1])`` is a static width.
+
+Check your work with ``pixi run s14``.
+"""
+
+import math
+
+from max.experimental import functional as F
+from max.experimental.tensor import Tensor
+
+EPS = 1e-5
+
+
+def normalize(x: Tensor, eps: float = EPS) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over the last axis (no gamma, no beta)."""
+    # BEGIN SOLUTION
+    centered = x - x.mean(axis=-1)
+    var = (centered * centered).mean(axis=-1)
+    return centered * F.rsqrt(var + eps)
+    # END SOLUTION
+
+
+def post_ln_attention_block(x: Tensor, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor,
+                            num_heads: int) -> Tensor:
+    """LayerNorm(x + MultiHead(x) W_o), x (N, T, d_model) -> (N, T, d_model)."""
+    # 1. Check that num_heads divides d_model (ValueError otherwise).
+    # 2. Q, K, V = x @ w_q, x @ w_k, x @ w_v; split each into heads
+    #    (N, T, d_model) -> (N, h, T, d_h).
+    # 3. softmax(Q K^T / sqrt(d_h)) V per head; merge the heads back.
+    # 4. Project with w_o, add x, normalize.
+    # BEGIN SOLUTION
+    d_model = int(x.shape[-1])
+    if d_model % num_heads != 0:
+        raise ValueError(f"num_heads ({num_heads}) must divide d_model ({d_model})")
+    d_h = d_model // num_heads
+    n, t = x.shape[0], x.shape[1]
+
+    def split(h: Tensor) -> Tensor:
+        return h.reshape([n, t, num_heads, d_h]).transpose(1, 2)
+
+    q, k, v = split(x @ w_q), split(x @ w_k), split(x @ w_v)
+    weights = F.softmax((q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d_h)), axis=-1)
+    heads = (weights @ v).transpose(1, 2).reshape([n, t, d_model])
+    return normalize(x + heads @ w_o)
+    # END SOLUTION
