@@ -79,5 +79,7 @@ def test_other_tasks_run_through_tasks_py():
     assert bench.returncode == 0 and "--hf-python" in bench.stdout
     generate = tasks_py("generate", "--help")
     assert generate.returncode == 0 and "--max-new-tokens" in generate.stdout
+    amap = tasks_py("attention-map", "--help")
+    assert amap.returncode == 0 and "--head" in amap.stdout
     every = tasks_py("test-all", "--solution", "--no-color")
     assert every.returncode == 0 and "Progress:" in every.stdout

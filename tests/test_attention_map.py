@@ -1,0 +1,106 @@
+"""`python -m model.attention_map`: attention probabilities from the course's
+model (bonus step 15's class) against the numpy oracle, and the PNG it draws."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from checkpoints import write_checkpoint
+from conftest import run_python
+
+from checker import oracle
+from checker.oracle_attention import attention_probs
+from model.attention_map import figure_pixels, load_attention_model, main
+from weights import load_state, read_config
+
+# The same small GPT-2 as tests/test_app.py, with the real GPT-2 tokenizer.
+SIZES = dict(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return write_checkpoint(tmp_path_factory.mktemp("amap") / "tiny-gpt2", SIZES, tokenizer=True, seed=5)
+
+
+def png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR", "not a PNG file"
+    return struct.unpack(">II", data[16:24])
+
+
+def oracle_probs(folder, ids: list[int]) -> np.ndarray:
+    w = load_state(folder, read_config(folder))
+    p, h = "transformer.", SIZES["n_head"]
+    x = w[p + "wte.weight"][np.array([ids])] + w[p + "wpe.weight"][: len(ids)]
+    layers = []
+    for i in range(SIZES["n_layer"]):
+        pre = f"{p}h.{i}."
+        normed = oracle.layer_norm(x, w[pre + "ln_1.weight"], w[pre + "ln_1.bias"])
+        qkv = oracle.linear(normed, w[pre + "attn.c_attn.weight"], w[pre + "attn.c_attn.bias"])
+        q, k, _ = (oracle.split_heads(m, h) for m in np.split(qkv, 3, axis=-1))
+        layers.append(attention_probs(q, k, oracle.causal_mask(len(ids)))[0])
+        x = oracle.block(x, w, h, pre)[0]
+    return np.stack(layers)
+
+
+def test_probabilities_match_the_oracle(folder):
+    model = load_attention_model(str(folder))
+    ids = model.tokenizer.encode("The cat sat on the mat because it was tired")
+    probs = model.probabilities(ids)
+    assert probs.shape == (SIZES["n_layer"], SIZES["n_head"], len(ids), len(ids))
+    np.testing.assert_allclose(probs, oracle_probs(folder, ids), atol=1e-5)
+    np.testing.assert_allclose(probs.sum(-1), 1, atol=1e-5)
+    assert not probs[..., np.triu(np.ones((len(ids), len(ids)), bool), k=1)].any()
+
+
+def test_one_head_png(folder, tmp_path, capsys):
+    out = tmp_path / "head.png"
+    assert main(["--model", str(folder), "--layer", "1", "--head", "2", "--out", str(out), "Hello world, again"]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert png_size(out) == figure_pixels(1) == (640, 640)
+
+
+def test_all_heads_grid_png(folder, tmp_path):
+    out = tmp_path / "grid.png"
+    assert main(["--model", str(folder), "--out", str(out), "Hello world, again"]) == 0
+    assert png_size(out) == figure_pixels(SIZES["n_head"]) == (4 * 320, 320)
+
+
+def test_a_heads_picture_changes_with_the_prompt(folder, tmp_path):
+    model = load_attention_model(str(folder))
+    first, second = (model.tokenizer.encode(p) for p in ("The cat sat on the mat", "A dog ran in the park"))
+    assert len(first) == len(second)
+    assert not np.allclose(model.probabilities(first)[0, 1], model.probabilities(second)[0, 1])
+    pictures = []
+    for i, prompt in enumerate(("The cat sat on the mat", "A dog ran in the park")):
+        out = tmp_path / f"{i}.png"
+        assert main(["--model", str(folder), "--layer", "0", "--head", "1", "--out", str(out), prompt]) == 0
+        pictures.append(out.read_bytes())
+    assert pictures[0] != pictures[1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layer", "2"], "--layer 2: this model has 2 layers (0-1)"),
+    (["--layer", "-1"], "--layer -1: this model has 2 layers"),
+    (["--head", "4"], "--head 4: this model has 4 heads per layer (0-3)"),
+    (["--head", "first"], "give a head number or 'all'"),
+])
+def test_out_of_range(folder, args, message, capsys, tmp_path):
+    assert main(["--model", str(folder), "--out", str(tmp_path / "x.png"), *args, "Hello"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and not (tmp_path / "x.png").exists()
+
+
+def test_empty_prompt_and_missing_model(folder, capsys, tmp_path):
+    assert main(["--model", str(folder), "  "]) == 2
+    assert "the prompt is empty" in capsys.readouterr().err
+    assert main(["--model", str(tmp_path / "nowhere"), "Hello"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_help():
+    done = run_python("-m", "model.attention_map", "--help")
+    assert done.returncode == 0 and "--layer" in done.stdout and "--head" in done.stdout
