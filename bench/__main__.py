@@ -154,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="checkpoint folder or hub id (default: a random checkpoint of --size)")
     p.add_argument("--size", default="gpt2", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"],
                    help="GPT-2 shape of the random checkpoint (default: gpt2, 124M)")
-    p.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16"],
-                   help="this project's precisions to measure (default: float32; bfloat16 needs --device gpu)")
+    p.add_argument("--dtypes", nargs="+", default=None, choices=["float32", "q4_0", "bfloat16"],
+                   help="this project's precisions to measure (default: float32 q4_0 on the CPU; bfloat16 needs "
+                        "--device gpu)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu", "auto"])
     p.add_argument("--reps", type=int, default=3, help="repetitions per figure; medians are reported (default: 3)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens per decode run (default: 128)")
@@ -170,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = resolve_model(args.model)
     else:
         folder = random_checkpoint(args.size)
+    if args.dtypes is None:
+        args.dtypes = ["float32", "q4_0"] if args.device == "cpu" else ["float32", "bfloat16"]
     ours = []
     for dtype in args.dtypes:
         result = measure_ours(folder, dtype, args.device, args.reps, args.new_tokens)

@@ -5,6 +5,8 @@
 bf16 matmuls. bfloat16 on the CPU is refused: MAX 26.7 fuses GPT-2's layer
 norm into a CPU kernel that fails to compile in bf16 (its epsilon must be
 float32), and CPUs without AVX512-BF16 ran bf16 matmuls 5x slower than fp32.
+``--dtype q4_0`` is the CPU's reduced precision instead: 4-bit weights
+(GGUF Q4_0, see model/quantize.py) with float32 activations, CPU only.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEVICES = ("auto", "cpu", "gpu")
-DTYPES = ("auto", "float32", "bfloat16")
+DTYPES = ("auto", "float32", "bfloat16", "q4_0", "q6_k")
 
 
 class DeviceError(Exception):
@@ -22,7 +24,7 @@ class DeviceError(Exception):
 @dataclass(frozen=True)
 class Placement:
     kind: str  # "cpu" or "gpu"
-    dtype: str  # "float32" or "bfloat16"
+    dtype: str  # "float32", "bfloat16" or "q4_0" (4-bit weights, float32 activations)
 
     def max_device(self):
         from max.driver import CPU, Accelerator
@@ -57,8 +59,11 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
         raise DeviceError("--device gpu: MAX sees no accelerator on this machine (use --device cpu or auto)")
     kind = "gpu" if device == "gpu" or (device == "auto" and accelerators > 0) else "cpu"
     if kind == "cpu" and dtype == "bfloat16":
-        raise DeviceError("--dtype bfloat16 runs on a GPU only; on the CPU use float32 "
+        raise DeviceError("--dtype bfloat16 runs on a GPU only; on the CPU use float32 or q4_0 "
                           "(MAX 26.7's CPU layer norm does not compile in bf16)")
+    if kind == "gpu" and dtype in ("q4_0", "q6_k"):
+        raise DeviceError(f"--dtype {dtype} runs on the CPU only (MAX 26.7's quantized matmuls are CPU kernels); "
+                          "on a GPU use bfloat16 or float32")
     if dtype == "auto":
         dtype = "bfloat16" if kind == "gpu" else "float32"
     return Placement(kind, dtype)

@@ -68,6 +68,7 @@ class GPT2:
     last_only: bool
     tokenizer: object = field(default=None, repr=False)
     source: str = ""
+    quantized_layers: int = 0  # Linear layers (and LM head) in q4_0 / q6_k
 
     @property
     def head_dim(self) -> int:
@@ -153,8 +154,13 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     tokenizer = load_tokenizer(folder, config) if with_tokenizer else None
     state = load_state(folder, config)  # every shape verified before loading
     lm = build_lm(config, impl, placement.max_dtype())
-    lm.load_state_dict(state, auto_cast=placement.dtype != "float32")
+    lm.load_state_dict(state, auto_cast=placement.dtype == "bfloat16")
+    quantized = 0
+    if placement.dtype in ("q4_0", "q6_k"):
+        from model.quantize import quantize_lm
+
+        quantized = quantize_lm(lm, state, placement.dtype)
     if placement.kind != "cpu":
         lm.to(placement.max_device())
     compiled, seconds = compile_lm(lm, config, placement, last_only)
-    return GPT2(config, placement, compiled, seconds, last_only, tokenizer, str(folder))
+    return GPT2(config, placement, compiled, seconds, last_only, tokenizer, str(folder), quantized)

@@ -15,6 +15,8 @@ from model.device import DeviceError, Placement, accelerator_count, choose
     ("gpu", "auto", 2, Placement("gpu", "bfloat16")),
     ("gpu", "float32", 1, Placement("gpu", "float32")),
     ("auto", "float32", 1, Placement("gpu", "float32")),
+    ("cpu", "q4_0", 1, Placement("cpu", "q4_0")),
+    ("auto", "q4_0", 0, Placement("cpu", "q4_0")),
 ])
 def test_choice(device, dtype, accelerators, expected):
     assert choose(device, dtype, accelerators) == expected
@@ -24,6 +26,12 @@ def test_bfloat16_on_the_cpu_is_refused():
     for device, accelerators in (("cpu", 1), ("auto", 0)):
         with pytest.raises(DeviceError, match="bfloat16 runs on a GPU only"):
             choose(device, "bfloat16", accelerators)
+
+
+def test_q4_0_on_a_gpu_is_refused():
+    for device in ("gpu", "auto"):
+        with pytest.raises(DeviceError, match="q4_0 runs on the CPU only"):
+            choose(device, "q4_0", 1)
 
 
 def test_gpu_without_accelerator_is_refused():

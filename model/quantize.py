@@ -1,0 +1,183 @@
+"""Weight-only quantization (GGUF's Q4_0 and Q6_K) for the CPU.
+
+Why: decoding one token at batch 1 reads every weight once, so its speed is
+the memory bandwidth divided by the bytes of weights: fp32 GPT-2 124M is
+~500 MB per token. bfloat16 is no help on CPUs without AVX512-BF16 (5x
+slower here); an int8 weight cast back to fp32 inside the graph is not fused
+into the matmul by MAX 26.7 (5x slower than fp32, measured), and MAX's int8
+matmul returns int8 (it overflows) and ran at 1.5 GB/s. So the route is
+MAX's ``F.qmatmul``, whose CPU kernels read GGUF blocks directly. It
+supports Q4_0, Q4_K, Q6_K and GPTQ; these two have simple enough formats to
+write here in numpy (no extra dependency):
+
+Q4_0 (ggml's ``block_q4_0``, 4.5 bits a weight): every 32 consecutive
+weights along the input dimension share one float16 scale ``d``; a weight
+is ``(q - 8) * d`` with a 4-bit code q. Bytes: d, then 16 bytes whose low
+nibbles hold weights 0..15 and high nibbles weights 16..31.
+
+Q6_K (``block_q6_K``, 6.6 bits a weight, ~4x smaller error): 256 weights
+in 16 groups of 16, each group with an int8 scale, times one float16 ``d``
+per block; a weight is ``d * scale * (q - 32)`` with a 6-bit code q.
+Bytes: 128 of low 4 bits, 64 of high 2 bits, 16 scales, d (the bit order
+follows ggml's ``dequantize_row_q6_K``).
+
+Scales are chosen simply (the value of largest magnitude maps to the most
+negative code, as ggml's reference Q4_0 does), not by ggml's error search.
+
+What is quantized: the four Linear layers of every block (c_attn, c_proj,
+c_fc, mlp.c_proj) and the LM head (a quantized copy of the tied wte table;
+the embedding lookup keeps reading the float32 table, one row per token).
+Layer norms, biases, position embeddings and activations stay float32.
+MAX's kernels also round the activations to 8 bits per block (Q8_0 / Q8_K),
+as llama.cpp does. A layer whose input width is not a multiple of the block
+stays float32; output rows are padded with zeros to a multiple of 32 (the
+vocab, 50257, becomes 50272) and the padded logits are cut off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+BLOCK = 32
+BLOCK_BYTES = 2 + BLOCK // 2
+SUPER = 256  # Q6_K
+ROW_MULTIPLE = 32
+QUANTIZED = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+
+
+def quantize_q4_0(weight: np.ndarray) -> np.ndarray:
+    """[out, in] float -> [out, in // 32 * 18] uint8 Q4_0 blocks."""
+    rows, cols = weight.shape
+    if cols % BLOCK:
+        raise ValueError(f"Q4_0 needs an input width that is a multiple of {BLOCK}, got {cols}")
+    blocks = np.asarray(weight, dtype=np.float32).reshape(rows, cols // BLOCK, BLOCK)
+    # The value of largest magnitude, with its sign: it maps to code 0 (-8 * d).
+    at = np.abs(blocks).argmax(axis=-1)[..., None]
+    extreme = np.take_along_axis(blocks, at, axis=-1)
+    d = extreme / -8.0
+    inverse = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
+    codes = np.clip(np.trunc(blocks * inverse + 8.5), 0, 15).astype(np.uint8)
+    packed = codes[..., : BLOCK // 2] | (codes[..., BLOCK // 2 :] << 4)
+    scale = d.astype(np.float16).view(np.uint8)  # [rows, blocks, 2], little-endian
+    return np.concatenate([scale, packed], axis=-1).reshape(rows, -1)
+
+
+def dequantize_q4_0(blocks: np.ndarray) -> np.ndarray:
+    """The inverse of ``quantize_q4_0`` (up to the rounding): [out, in] float32."""
+    rows = blocks.shape[0]
+    b = blocks.reshape(rows, -1, BLOCK_BYTES)
+    d = b[..., :2].copy().view(np.float16).astype(np.float32)
+    codes = np.concatenate([b[..., 2:] & 0x0F, b[..., 2:] >> 4], axis=-1).astype(np.float32)
+    return ((codes - 8.0) * d).reshape(rows, -1)
+
+
+
+def quantize_q6_k(weight: np.ndarray) -> np.ndarray:
+    """[out, in] float -> [out, in // 256 * 210] uint8 Q6_K blocks."""
+    rows, cols = weight.shape
+    if cols % SUPER:
+        raise ValueError(f"Q6_K needs an input width that is a multiple of {SUPER}, got {cols}")
+    x = np.asarray(weight, np.float32).reshape(rows, cols // SUPER, 16, 16)  # [r, blocks, sub, 16]
+    at = np.abs(x).argmax(-1)[..., None]
+    sub_scale = np.take_along_axis(x, at, -1)[..., 0] / -32.0            # [r, b, 16]
+    amax = np.abs(sub_scale).max(-1, keepdims=True)
+    d = (amax / 127.0).astype(np.float16).astype(np.float32)              # [r, b, 1]
+    inv_d = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
+    sc = np.clip(np.rint(sub_scale * inv_d), -128, 127).astype(np.int8)    # [r, b, 16]
+    step = d * sc                                                          # [r, b, 16]
+    inv = np.divide(1.0, step, out=np.zeros_like(step), where=step != 0)[..., None]
+    q = (np.clip(np.rint(x * inv), -32, 31) + 32).astype(np.uint8).reshape(rows, -1, 2, 4, 32)  # half, g, l
+    low, high = q & 0xF, q >> 4
+    ql = np.concatenate([low[:, :, :, 0] | (low[:, :, :, 2] << 4), low[:, :, :, 1] | (low[:, :, :, 3] << 4)], -1)  # [r,b,2,64]
+    qh = high[:, :, :, 0] | (high[:, :, :, 1] << 2) | (high[:, :, :, 2] << 4) | (high[:, :, :, 3] << 6)            # [r,b,2,32]
+    nb = cols // SUPER
+    out = np.concatenate([ql.reshape(rows, nb, 128), qh.reshape(rows, nb, 64), sc.view(np.uint8),
+                          d.astype(np.float16).view(np.uint8)], -1)
+    return out.reshape(rows, -1)
+def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
+    """The inverse of ``quantize_q6_k`` (up to the rounding): [out, in] float32."""
+    rows = blocks.shape[0]
+    b = blocks.reshape(rows, -1, 210)
+    ql = b[..., :128].reshape(rows, -1, 2, 64); qh = b[..., 128:192].reshape(rows, -1, 2, 32)
+    sc = b[..., 192:208].copy().view(np.int8).astype(np.float32); d = b[..., 208:210].copy().view(np.float16).astype(np.float32)
+    low = np.stack([ql[..., :32] & 0xF, ql[..., 32:] & 0xF, ql[..., :32] >> 4, ql[..., 32:] >> 4], -2)  # [r,b,2,4,32]
+    high = np.stack([(qh >> s) & 3 for s in (0, 2, 4, 6)], -2)
+    q = (low | (high << 4)).astype(np.float32) - 32
+    q = q.reshape(rows, -1, 16, 16)
+    return (q * (d * sc)[..., None]).reshape(rows, -1)
+
+@dataclass(frozen=True)
+class Encoding:
+    block: int  # weights per block along the input dimension
+    quantize: object
+    dequantize: object
+    max_name: str  # the QuantizationEncoding member
+
+
+ENCODINGS = {
+    "q4_0": Encoding(BLOCK, quantize_q4_0, dequantize_q4_0, "Q4_0"),
+    "q6_k": Encoding(SUPER, quantize_q6_k, dequantize_q6_k, "Q6_K"),
+}
+
+
+def quantized_linear_class():
+    """``QuantizedLinear``, defined on first use so that importing this file does not load MAX."""
+    from max.experimental import functional as F
+    from max.experimental import nn
+    from max.graph.quantization import QuantizationEncoding
+
+    class QuantizedLinear(nn.Module):
+        """A Linear whose weight is GGUF blocks: y = x @ dequantize(W)^T + b."""
+
+        def __init__(self, encoding: str, blocks, bias=None, out_features: int | None = None) -> None:
+            super().__init__()
+            self.encoding = encoding
+            self.weight = blocks
+            self.bias = bias
+            # The kernel wants a multiple of 32 output rows: padded rows are cut off.
+            self.out_features = out_features
+
+        def forward(self, x):
+            y = F.qmatmul(QuantizationEncoding[ENCODINGS[self.encoding].max_name], None, x, self.weight)
+            if self.out_features is not None and self.out_features != self.weight.shape[0]:
+                y = y[..., : self.out_features]
+            return y if self.bias is None else y + self.bias
+
+    return QuantizedLinear
+
+
+def quantize_lm(lm, state: dict[str, np.ndarray], encoding: str = "q4_0") -> int:
+    """Replace ``lm``'s block Linears and LM head with quantized ones, made
+    from the float32 checkpoint ``state`` (HF names, weights already [out,
+    in]). Returns how many layers were quantized."""
+    from max.experimental.tensor import Tensor
+
+    QuantizedLinear = quantized_linear_class()
+    fmt = ENCODINGS[encoding]
+
+    def q4(weight: np.ndarray, bias: np.ndarray | None):
+        rows = weight.shape[0]
+        padded = -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE  # MAX's kernels want whole blocks of rows
+        if padded != rows:
+            weight = np.concatenate([weight, np.zeros((padded - rows, weight.shape[1]), np.float32)])
+        blocks = Tensor.from_dlpack(fmt.quantize(weight))
+        bias = None if bias is None else Tensor.from_dlpack(np.ascontiguousarray(bias, np.float32))
+        return QuantizedLinear(encoding, blocks, bias, rows)
+
+    count = 0
+    for i, block in enumerate(lm.transformer.h):
+        for path in QUANTIZED:
+            name = f"transformer.h.{i}.{path}"
+            weight = np.asarray(state[name + ".weight"], dtype=np.float32)
+            if weight.shape[1] % fmt.block:
+                continue
+            parent, attr = path.split(".")
+            setattr(getattr(block, parent), attr, q4(weight, state[name + ".bias"]))
+            count += 1
+    wte = np.asarray(state["transformer.wte.weight"], dtype=np.float32)
+    if wte.shape[1] % fmt.block == 0:
+        lm.lm_head = q4(wte, None)
+        count += 1
+    return count

@@ -1,0 +1,138 @@
+"""Quantized weights (Q4_0 and Q6_K, model/quantize.py): the block formats,
+MAX's kernels on them, and the quantized model against Hugging Face on a
+trained checkpoint (tests/reference/make_trained.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from checkpoints import reference
+
+from model.quantize import BLOCK, BLOCK_BYTES, ENCODINGS, SUPER, dequantize_q4_0, quantize_q4_0, quantize_q6_k
+
+
+def representable(rng, rows: int, cols: int, d: float = -0.25) -> np.ndarray:
+    """Weights that Q4_0 stores exactly: (code - 8) * d, code 0 in every block."""
+    codes = rng.integers(1, 16, (rows, cols // BLOCK, BLOCK))
+    codes[..., 3] = 0  # the largest magnitude, 8 * |d|, fixes the scale
+    return ((codes - 8) * d).reshape(rows, cols).astype(np.float32)
+
+
+def test_layout_of_one_block():
+    # ggml's block_q4_0: float16 scale, then weight i in byte i's low nibble
+    # and weight i + 16 in its high nibble.
+    weights = representable(np.random.default_rng(0), 1, BLOCK)
+    blocks = quantize_q4_0(weights)
+    assert blocks.shape == (1, BLOCK_BYTES) and blocks.dtype == np.uint8
+    assert blocks[0, :2].view(np.float16)[0] == np.float16(-0.25)
+    codes = np.rint(weights[0] / -0.25 + 8).astype(np.uint8)
+    np.testing.assert_array_equal(blocks[0, 2:], codes[:16] | (codes[16:] << 4))
+
+
+def test_representable_weights_round_trip_exactly():
+    weights = representable(np.random.default_rng(1), 6, 4 * BLOCK)
+    np.testing.assert_array_equal(dequantize_q4_0(quantize_q4_0(weights)), weights)
+
+
+def test_error_is_at_most_half_a_step():
+    weights = np.random.default_rng(2).standard_normal((8, 3 * BLOCK)).astype(np.float32)
+    back = dequantize_q4_0(quantize_q4_0(weights))
+    step = np.abs(weights.reshape(8, 3, BLOCK)).max(-1, keepdims=True) / 8
+    err = np.abs(back - weights).reshape(8, 3, BLOCK)
+    # Codes run -8..7 times |d|: the far side of the extreme is cut at 7 steps.
+    assert (err <= step / 2 * 1.001 + (np.abs(weights.reshape(8, 3, BLOCK)) > 7.5 * step) * step).all()
+
+
+def test_zero_blocks_and_bad_widths():
+    assert not dequantize_q4_0(quantize_q4_0(np.zeros((2, BLOCK), np.float32))).any()
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_q4_0(np.ones((2, 48), np.float32))
+
+
+def test_q6_k_round_trip_and_layout():
+    # Q6_K stores d * scale * (q - 32): build weights it represents exactly
+    # (one scale per 16, the extreme -32 in each group, d = 1/127 of the
+    # largest scale), then check the bytes' sizes and the round trip.
+    rng = np.random.default_rng(4)
+    q = rng.integers(-31, 32, (2, 2 * SUPER))
+    q.reshape(2, -1, 16)[..., 5] = -32
+    scales = rng.integers(1, 128, (2, 2 * SUPER // 16)).astype(np.float32)
+    scales.reshape(2, 2, 16)[..., 0] = 127  # the largest scale of each block
+    d = np.float32(np.float16(2.0**-10))
+    weights = (q.reshape(2, -1, 16) * (d * -scales)[..., None]).reshape(2, -1).astype(np.float32)
+    blocks = quantize_q6_k(weights)
+    assert blocks.shape == (2, 2 * 210) and blocks.dtype == np.uint8
+    np.testing.assert_array_equal(ENCODINGS["q6_k"].dequantize(blocks), weights)
+    with pytest.raises(ValueError, match="multiple of 256"):
+        quantize_q6_k(np.ones((1, 128), np.float32))
+
+
+def test_q6_k_is_more_precise_than_q4_0():
+    weights = np.random.default_rng(5).standard_normal((16, SUPER)).astype(np.float32)
+    err = {name: np.abs(e.dequantize(e.quantize(weights)) - weights).max() for name, e in ENCODINGS.items()}
+    assert err["q6_k"] < err["q4_0"] / 3
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_max_kernel_reads_our_blocks(encoding):
+    # MAX's qmatmul on our bytes equals x @ dequantize(W)^T, up to its own
+    # 8-bit rounding of the activations; 40 output rows are padded to 64.
+    from max.experimental.tensor import Tensor
+
+    from model.quantize import quantized_linear_class
+
+    fmt = ENCODINGS[encoding]
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((40, SUPER)).astype(np.float32)
+    padded = np.concatenate([weight, np.zeros((24, SUPER), np.float32)])
+    bias = rng.standard_normal(40).astype(np.float32)
+    x = rng.standard_normal((2, 3, SUPER)).astype(np.float32)
+    layer = quantized_linear_class()(encoding, Tensor.from_dlpack(fmt.quantize(padded)), Tensor.from_dlpack(bias), 40)
+    got = layer(Tensor.from_dlpack(x)).to_numpy()
+    want = x @ fmt.dequantize(fmt.quantize(weight)).T + bias
+    assert got.shape == (2, 3, 40)
+    assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()
+
+
+# Measured on trained-bytes by `python -m bench.accuracy`:
+#   q4_0: largest |logit error| 7.4% of the largest logit, argmax equal at 96.9%
+#         of the reference positions, greedy text equal for 13 of 48 tokens;
+#   q6_k: 2.4%, 98.4%, 13 of 48 (both then take a near-tie the other way).
+# The stated tolerances, with some room for other CPUs' rounding:
+TOLERANCE = {"q4_0": (0.10, 0.95), "q6_k": (0.04, 0.97)}  # (logit error / largest logit, argmax agreement)
+GREEDY_PREFIX = 10
+
+
+@pytest.fixture(scope="module", params=sorted(TOLERANCE))
+def trained(request):
+    from model.gpt2 import load_gpt2
+
+    folder, _, arrays = reference("trained-bytes")
+    gpt2 = load_gpt2(folder, device="cpu", dtype=request.param, last_only=False, with_tokenizer=False)
+    return gpt2, arrays
+
+
+def test_quantized_logits_stay_close(trained):
+    gpt2, ref = trained
+    error, agreement = TOLERANCE[gpt2.placement.dtype]
+    logits = gpt2.forward_logits(ref["ids"])
+    assert np.abs(logits - ref["logits"]).max() <= error * np.abs(ref["logits"]).max()
+    assert (logits.argmax(-1) == ref["logits"].argmax(-1)).mean() >= agreement
+
+
+def test_quantized_greedy_starts_like_hugging_face(trained):
+    gpt2, ref = trained
+    logits, cache = gpt2.step(ref["prompt"], gpt2.empty_cache(1))
+    tokens = []
+    for _ in range(GREEDY_PREFIX):
+        tokens.append(int(logits[0, -1].argmax()))
+        logits, cache = gpt2.step(np.array([[tokens[-1]]]), cache)
+    assert tokens == ref["greedy"][0, :GREEDY_PREFIX].tolist()
+
+
+def test_float32_equals_hugging_face_on_the_trained_checkpoint():
+    from model.gpt2 import load_gpt2
+
+    folder, _, ref = reference("trained-bytes")
+    gpt2 = load_gpt2(folder, device="cpu", last_only=False, with_tokenizer=False)
+    assert np.abs(gpt2.forward_logits(ref["ids"]) - ref["logits"]).max() <= 1e-4
