@@ -13,8 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from transformers import GPT2LMHeadModel
+PROCESS_START = time.perf_counter()
+
+import torch  # noqa: E402
+from transformers import GPT2LMHeadModel  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import peak_rss_mb, timed  # noqa: E402  (bench/measure.py)
@@ -36,6 +38,8 @@ def main() -> None:
     out = {"impl": "hf", "dtype": "float32", "torch": torch.__version__, "threads": torch.get_num_threads(),
            "load_s": load_s, "prefill_ms": {}, "decode_tok_s": {}}
     with torch.inference_mode():
+        model(torch.randint(0, vocab, (1, min(args.prefill))))
+        out["start_to_first_token_s"] = time.perf_counter() - PROCESS_START
         for n in args.prefill:
             ids = torch.randint(0, vocab, (1, n))
             model(ids)  # warm-up
