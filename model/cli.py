@@ -52,8 +52,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=DEVICES,
                    help="auto takes a GPU when MAX sees one (default: auto)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
-                   help="auto: float32 on CPU, bfloat16 on GPU; bfloat16 is GPU-only; q4_0: 4-bit weights "
-                        "on the CPU, ~3x faster decoding, slightly different text (default: auto)")
+                   help="auto: float32 on CPU, bfloat16 on GPU; bfloat16 is GPU-only; q6_k / q4_0: 6- or 4-bit "
+                        "weights on the CPU, ~3x faster decoding, text close to but not equal to float32's "
+                        "(default: auto)")
     p.add_argument("--impl", default="solutions", choices=("solutions", "steps"),
                    help="which code builds the model: the reference solutions, or your own steps/ files")
     output = p.add_mutually_exclusive_group()

@@ -5,8 +5,9 @@
 bf16 matmuls. bfloat16 on the CPU is refused: MAX 26.7 fuses GPT-2's layer
 norm into a CPU kernel that fails to compile in bf16 (its epsilon must be
 float32), and CPUs without AVX512-BF16 ran bf16 matmuls 5x slower than fp32.
-``--dtype q4_0`` is the CPU's reduced precision instead: 4-bit weights
-(GGUF Q4_0, see model/quantize.py) with float32 activations, CPU only.
+``--dtype q6_k`` and ``--dtype q4_0`` are the CPU's reduced precisions
+instead: 6- or 4-bit weights (GGUF Q6_K / Q4_0, see model/quantize.py) with
+float32 activations, CPU only.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class DeviceError(Exception):
 @dataclass(frozen=True)
 class Placement:
     kind: str  # "cpu" or "gpu"
-    dtype: str  # "float32", "bfloat16" or "q4_0" (4-bit weights, float32 activations)
+    dtype: str  # "float32", "bfloat16", "q6_k" or "q4_0" (quantized weights, float32 activations)
 
     def max_device(self):
         from max.driver import CPU, Accelerator

@@ -17,6 +17,7 @@ from model.device import DeviceError, Placement, accelerator_count, choose
     ("auto", "float32", 1, Placement("gpu", "float32")),
     ("cpu", "q4_0", 1, Placement("cpu", "q4_0")),
     ("auto", "q4_0", 0, Placement("cpu", "q4_0")),
+    ("auto", "q6_k", 0, Placement("cpu", "q6_k")),
 ])
 def test_choice(device, dtype, accelerators, expected):
     assert choose(device, dtype, accelerators) == expected
@@ -28,10 +29,11 @@ def test_bfloat16_on_the_cpu_is_refused():
             choose(device, "bfloat16", accelerators)
 
 
-def test_q4_0_on_a_gpu_is_refused():
+@pytest.mark.parametrize("dtype", ["q4_0", "q6_k"])
+def test_quantized_weights_on_a_gpu_are_refused(dtype):
     for device in ("gpu", "auto"):
-        with pytest.raises(DeviceError, match="q4_0 runs on the CPU only"):
-            choose(device, "q4_0", 1)
+        with pytest.raises(DeviceError, match=f"{dtype} runs on the CPU only"):
+            choose(device, dtype, 1)
 
 
 def test_gpu_without_accelerator_is_refused():
