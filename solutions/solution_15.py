@@ -48,6 +48,7 @@ class GPT2AttentionWithWeights(GPT2MultiHeadAttention):
         # END SOLUTION
 
     def _attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """Step 07's ``_attn``, through ``attention_weights``."""
         # BEGIN SOLUTION
         return self.attention_weights(q, k, mask) @ v
         # END SOLUTION
@@ -55,6 +56,9 @@ class GPT2AttentionWithWeights(GPT2MultiHeadAttention):
     def forward(self, x: Tensor, past_key: Tensor | None = None, past_value: Tensor | None = None,
                 return_weights: bool = False):
         """Step 07's forward; with ``return_weights`` also the probabilities."""
+        # As step 07: c_attn, split Q/K/V and heads, the cache, the causal mask.
+        # Then weights = self.attention_weights(q, k, mask); out = c_proj(merge(weights @ v)).
+        # Return (out, k, v, weights) when return_weights, else (out, k, v).
         # BEGIN SOLUTION
         q, k, v = F.split(self.c_attn(x), [self.n_embd, self.n_embd, self.n_embd], axis=-1)
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)

@@ -45,9 +45,13 @@ class GPT2AttentionWithWeights(GPT2MultiHeadAttention):
         raise NotImplementedError("TODO(step 15): replace this line with your code")
 
     def _attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """Step 07's ``_attn``, through ``attention_weights``."""
         raise NotImplementedError("TODO(step 15): replace this line with your code")
 
     def forward(self, x: Tensor, past_key: Tensor | None = None, past_value: Tensor | None = None,
                 return_weights: bool = False):
         """Step 07's forward; with ``return_weights`` also the probabilities."""
+        # As step 07: c_attn, split Q/K/V and heads, the cache, the causal mask.
+        # Then weights = self.attention_weights(q, k, mask); out = c_proj(merge(weights @ v)).
+        # Return (out, k, v, weights) when return_weights, else (out, k, v).
         raise NotImplementedError("TODO(step 15): replace this line with your code")

@@ -1,5 +1,5 @@
 """Real GPT-2 weights, when this machine has them: our greedy continuation of a
-fixed prompt must equal Hugging Face's.
+fixed prompt must equal Hugging Face's, and the attention map must draw.
 
 Runs when GPT2_MAX_PRETRAINED names a checkpoint folder (config.json,
 model.safetensors, vocab.json, merges.txt), or when `gpt2` is in the Hugging
@@ -68,3 +68,18 @@ def test_greedy_continuation_matches_reference():
     expected, source = _reference(FOLDER, gpt2.tokenizer.encode(PROMPT))
     assert result.tokens == expected, f"differs from {source}: {gpt2.tokenizer.decode(result.tokens)!r}"
     assert np.all(np.asarray(result.tokens) < 50257)
+
+
+def test_attention_map_of_real_gpt2(tmp_path):
+    import struct
+
+    from model.attention_map import figure_pixels, load_attention_model, main
+
+    out = tmp_path / "gpt2-layer5.png"
+    assert main(["--model", str(FOLDER), "--layer", "5", "--out", str(out), "The cat sat on the mat"]) == 0
+    model = load_attention_model(str(FOLDER))
+    config = model.config
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == figure_pixels(config.n_head)
+    probs = model.probabilities(model.tokenizer.encode("The cat sat on the mat"))
+    assert probs.shape[:2] == (config.n_layer, config.n_head) and np.allclose(probs.sum(-1), 1, atol=1e-4)
