@@ -57,8 +57,7 @@ def quantize_q4_0(weight: np.ndarray) -> np.ndarray:
     at = np.abs(blocks).argmax(axis=-1)[..., None]
     extreme = np.take_along_axis(blocks, at, axis=-1)
     d = extreme / -8.0
-    inverse = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
-    codes = np.clip(np.trunc(blocks * inverse + 8.5), 0, 15).astype(np.uint8)
+    codes = np.clip(np.trunc(blocks * _inverse(d) + 8.5), 0, 15).astype(np.uint8)
     packed = codes[..., : BLOCK // 2] | (codes[..., BLOCK // 2 :] << 4)
     scale = d.astype(np.float16).view(np.uint8)  # [rows, blocks, 2], little-endian
     return np.concatenate([scale, packed], axis=-1).reshape(rows, -1)
@@ -74,39 +73,54 @@ def dequantize_q4_0(blocks: np.ndarray) -> np.ndarray:
 
 
 
+Q6_K_BYTES = 128 + 64 + 16 + 2  # low 4 bits, high 2 bits, 16 int8 scales, float16 d
+
+
 def quantize_q6_k(weight: np.ndarray) -> np.ndarray:
     """[out, in] float -> [out, in // 256 * 210] uint8 Q6_K blocks."""
     rows, cols = weight.shape
     if cols % SUPER:
         raise ValueError(f"Q6_K needs an input width that is a multiple of {SUPER}, got {cols}")
-    x = np.asarray(weight, np.float32).reshape(rows, cols // SUPER, 16, 16)  # [r, blocks, sub, 16]
-    at = np.abs(x).argmax(-1)[..., None]
-    sub_scale = np.take_along_axis(x, at, -1)[..., 0] / -32.0            # [r, b, 16]
-    amax = np.abs(sub_scale).max(-1, keepdims=True)
-    d = (amax / 127.0).astype(np.float16).astype(np.float32)              # [r, b, 1]
-    inv_d = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
-    sc = np.clip(np.rint(sub_scale * inv_d), -128, 127).astype(np.int8)    # [r, b, 16]
-    step = d * sc                                                          # [r, b, 16]
-    inv = np.divide(1.0, step, out=np.zeros_like(step), where=step != 0)[..., None]
-    q = (np.clip(np.rint(x * inv), -32, 31) + 32).astype(np.uint8).reshape(rows, -1, 2, 4, 32)  # half, g, l
-    low, high = q & 0xF, q >> 4
-    ql = np.concatenate([low[:, :, :, 0] | (low[:, :, :, 2] << 4), low[:, :, :, 1] | (low[:, :, :, 3] << 4)], -1)  # [r,b,2,64]
-    qh = high[:, :, :, 0] | (high[:, :, :, 1] << 2) | (high[:, :, :, 2] << 4) | (high[:, :, :, 3] << 6)            # [r,b,2,32]
     nb = cols // SUPER
-    out = np.concatenate([ql.reshape(rows, nb, 128), qh.reshape(rows, nb, 64), sc.view(np.uint8),
+    x = np.asarray(weight, np.float32).reshape(rows, nb, 16, 16)  # [row, block, group, 16]
+    # Each group's scale: its value of largest magnitude maps to code -32.
+    at = np.abs(x).argmax(-1)[..., None]
+    group_scale = np.take_along_axis(x, at, -1)[..., 0] / -32.0  # [row, block, 16]
+    # The groups' scales as int8 multiples of one float16 d per block.
+    d = (np.abs(group_scale).max(-1, keepdims=True) / 127.0).astype(np.float16).astype(np.float32)
+    scales = np.clip(np.rint(group_scale * _inverse(d)), -128, 127).astype(np.int8)
+    step = (d * scales)[..., None]  # [row, block, 16, 1]
+    q = (np.clip(np.rint(x * _inverse(step)), -32, 31) + 32).astype(np.uint8)
+    # ggml's bit order: each half block of 128 weights is 4 runs of 32 (r = 0..3);
+    # runs 0 and 1 fill the low nibbles of 64 ql bytes, runs 2 and 3 their high
+    # nibbles, and the four runs' top 2 bits share 32 qh bytes.
+    q = q.reshape(rows, nb, 2, 4, 32)
+    low, high = q & 0x0F, q >> 4
+    ql = np.concatenate([low[:, :, :, 0] | (low[:, :, :, 2] << 4), low[:, :, :, 1] | (low[:, :, :, 3] << 4)], -1)
+    qh = high[:, :, :, 0] | (high[:, :, :, 1] << 2) | (high[:, :, :, 2] << 4) | (high[:, :, :, 3] << 6)
+    out = np.concatenate([ql.reshape(rows, nb, 128), qh.reshape(rows, nb, 64), scales.view(np.uint8),
                           d.astype(np.float16).view(np.uint8)], -1)
     return out.reshape(rows, -1)
+
+
 def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
     """The inverse of ``quantize_q6_k`` (up to the rounding): [out, in] float32."""
     rows = blocks.shape[0]
-    b = blocks.reshape(rows, -1, 210)
-    ql = b[..., :128].reshape(rows, -1, 2, 64); qh = b[..., 128:192].reshape(rows, -1, 2, 32)
-    sc = b[..., 192:208].copy().view(np.int8).astype(np.float32); d = b[..., 208:210].copy().view(np.float16).astype(np.float32)
-    low = np.stack([ql[..., :32] & 0xF, ql[..., 32:] & 0xF, ql[..., :32] >> 4, ql[..., 32:] >> 4], -2)  # [r,b,2,4,32]
-    high = np.stack([(qh >> s) & 3 for s in (0, 2, 4, 6)], -2)
-    q = (low | (high << 4)).astype(np.float32) - 32
-    q = q.reshape(rows, -1, 16, 16)
-    return (q * (d * sc)[..., None]).reshape(rows, -1)
+    b = blocks.reshape(rows, -1, Q6_K_BYTES)
+    ql = b[..., :128].reshape(rows, -1, 2, 64)
+    qh = b[..., 128:192].reshape(rows, -1, 2, 32)
+    scales = b[..., 192:208].copy().view(np.int8).astype(np.float32)
+    d = b[..., 208:210].copy().view(np.float16).astype(np.float32)
+    low = np.stack([ql[..., :32] & 0x0F, ql[..., 32:] & 0x0F, ql[..., :32] >> 4, ql[..., 32:] >> 4], -2)
+    high = np.stack([(qh >> shift) & 3 for shift in (0, 2, 4, 6)], -2)
+    q = ((low | (high << 4)).astype(np.float32) - 32).reshape(rows, -1, 16, 16)
+    return (q * (d * scales)[..., None]).reshape(rows, -1)
+
+
+def _inverse(a: np.ndarray) -> np.ndarray:
+    """1 / a, with 0 where a is 0 (an all-zero group or block)."""
+    return np.divide(1.0, a, out=np.zeros_like(a), where=a != 0)
+
 
 @dataclass(frozen=True)
 class Encoding:
