@@ -8,8 +8,9 @@ new tokens at batch 1 and 8 (greedy, KV cache), time to first token (the
 the graph; cold with --cold-compile, in a fresh cache), start to first token
 (process start, imports, loading, compiling and the first 16-token prefill),
 peak memory. Each precision runs in its own process, so that its start to
-first token and peak memory are its own. The speedup column is how many times faster this project is
-(HF time / our time, or our tokens/s / HF tokens/s): above 1 we win.
+first token and peak memory are its own. The speedup column is how many times
+faster this project is (HF time / our time, or our tokens/s / HF tokens/s):
+above 1 we win.
 
 Weights: --model names a checkpoint; by default a random checkpoint of the
 chosen GPT-2 size is written once under ~/.cache/gpt2-on-max (speed does not
@@ -35,6 +36,7 @@ PROCESS_START = time.perf_counter()
 import numpy as np  # noqa: E402
 
 from bench.measure import peak_rss_mb, timed  # noqa: E402
+from model.device import DTYPES, QUANTIZED_DTYPES  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpt2-on-max"
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="checkpoint folder or hub id (default: a random checkpoint of --size)")
     p.add_argument("--size", default="gpt2", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"],
                    help="GPT-2 shape of the random checkpoint (default: gpt2, 124M)")
-    p.add_argument("--dtypes", nargs="+", default=None, choices=["float32", "q6_k", "q4_0", "bfloat16"],
+    p.add_argument("--dtypes", nargs="+", default=None, choices=[d for d in DTYPES if d != "auto"],
                    help="this project's precisions to measure (default: float32 q6_k q4_0 on the CPU; bfloat16 needs "
                         "--device gpu)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu", "auto"])
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         folder = random_checkpoint(args.size)
     if args.dtypes is None:
-        args.dtypes = ["float32", "q6_k", "q4_0"] if args.device == "cpu" else ["float32", "bfloat16"]
+        args.dtypes = ["float32", *QUANTIZED_DTYPES] if args.device == "cpu" else ["float32", "bfloat16"]
     ours = []
     for dtype in args.dtypes:
         result = measure_ours_in_child(folder, dtype, args.device, args.reps, args.new_tokens)

@@ -57,7 +57,6 @@ class AttentionModel:
     tokenizer: object
     probe: object = field(repr=False)
     placement: Placement
-    name: str
     graphs: dict = field(default_factory=dict, repr=False)  # padded length -> compiled
 
     def padded_length(self, seq: int) -> int:
@@ -116,8 +115,9 @@ def _probe(lm):
 _LOADED: dict[tuple[str, str], AttentionModel] = {}
 
 
-def load_attention_model(model: str, device: str = "cpu") -> AttentionModel:
-    """Resolve and load (once per process and model); graphs compile on first use."""
+def load_attention_model(model: str | Path, device: str = "cpu") -> AttentionModel:
+    """Resolve and load (once per process and model); graphs compile on first use.
+    ``model``: a hub id or a folder (as ``resolve_model`` returns it)."""
     key = (str(model), device)
     if key in _LOADED:
         return _LOADED[key]
@@ -141,7 +141,7 @@ def load_attention_model(model: str, device: str = "cpu") -> AttentionModel:
     lm.load_state_dict(state)
     if placement.kind != "cpu":
         lm.to(placement.max_device())
-    loaded = AttentionModel(config, tokenizer, _probe(lm), placement, str(model))
+    loaded = AttentionModel(config, tokenizer, _probe(lm), placement)
     _LOADED[key] = loaded
     return loaded
 
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         from solutions.solution_01 import GPT2Config
 
         heads = check_request(read_config(folder, GPT2Config), args.layer, args.head)  # before the slow part
-        model = load_attention_model(args.model, args.device)
+        model = load_attention_model(folder, args.device)  # resolved once, above
         ids = model.tokenizer.encode(args.prompt)
         if len(ids) > model.config.n_positions:
             raise UsageError(f"the prompt is {len(ids)} tokens; this model reads at most {model.config.n_positions}")

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEVICES = ("auto", "cpu", "gpu")
-DTYPES = ("auto", "float32", "bfloat16", "q4_0", "q6_k")
+QUANTIZED_DTYPES = ("q6_k", "q4_0")  # the encodings of model/quantize.py
+DTYPES = ("auto", "float32", "bfloat16", *QUANTIZED_DTYPES)
 
 
 class DeviceError(Exception):
@@ -36,6 +37,11 @@ class Placement:
         from max.dtype import DType
 
         return DType.bfloat16 if self.dtype == "bfloat16" else DType.float32
+
+    @property
+    def quantized(self) -> bool:
+        """Weights in a block format, activations in float32."""
+        return self.dtype in QUANTIZED_DTYPES
 
 
 def accelerator_count() -> int:
@@ -60,9 +66,9 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
         raise DeviceError("--device gpu: MAX sees no accelerator on this machine (use --device cpu or auto)")
     kind = "gpu" if device == "gpu" or (device == "auto" and accelerators > 0) else "cpu"
     if kind == "cpu" and dtype == "bfloat16":
-        raise DeviceError("--dtype bfloat16 runs on a GPU only; on the CPU use float32 or q4_0 "
+        raise DeviceError("--dtype bfloat16 runs on a GPU only; on the CPU use float32, q6_k or q4_0 "
                           "(MAX 26.7's CPU layer norm does not compile in bf16)")
-    if kind == "gpu" and dtype in ("q4_0", "q6_k"):
+    if kind == "gpu" and dtype in QUANTIZED_DTYPES:
         raise DeviceError(f"--dtype {dtype} runs on the CPU only (MAX 26.7's quantized matmuls are CPU kernels); "
                           "on a GPU use bfloat16 or float32")
     if dtype == "auto":

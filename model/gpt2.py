@@ -156,7 +156,7 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     lm = build_lm(config, impl, placement.max_dtype())
     lm.load_state_dict(state, auto_cast=placement.dtype == "bfloat16")
     quantized = 0
-    if placement.dtype in ("q4_0", "q6_k"):
+    if placement.quantized:
         from model.quantize import quantize_lm
 
         quantized = quantize_lm(lm, state, placement.dtype)

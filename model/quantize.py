@@ -171,7 +171,7 @@ def quantize_lm(lm, state: dict[str, np.ndarray], encoding: str = "q4_0") -> int
     QuantizedLinear = quantized_linear_class()
     fmt = ENCODINGS[encoding]
 
-    def q4(weight: np.ndarray, bias: np.ndarray | None):
+    def quantized(weight: np.ndarray, bias: np.ndarray | None):
         rows = weight.shape[0]
         padded = -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE  # MAX's kernels want whole blocks of rows
         if padded != rows:
@@ -188,10 +188,10 @@ def quantize_lm(lm, state: dict[str, np.ndarray], encoding: str = "q4_0") -> int
             if weight.shape[1] % fmt.block:
                 continue
             parent, attr = path.split(".")
-            setattr(getattr(block, parent), attr, q4(weight, state[name + ".bias"]))
+            setattr(getattr(block, parent), attr, quantized(weight, state[name + ".bias"]))
             count += 1
     wte = np.asarray(state["transformer.wte.weight"], dtype=np.float32)
     if wte.shape[1] % fmt.block == 0:
-        lm.lm_head = q4(wte, None)
+        lm.lm_head = quantized(wte, None)
         count += 1
     return count

@@ -43,6 +43,12 @@ def test_error_is_at_most_half_a_step():
     assert (err <= step / 2 * 1.001 + (np.abs(weights.reshape(8, 3, BLOCK)) > 7.5 * step) * step).all()
 
 
+def test_every_quantized_dtype_has_an_encoding():
+    from model.device import QUANTIZED_DTYPES
+
+    assert set(QUANTIZED_DTYPES) == set(ENCODINGS)
+
+
 def test_zero_blocks_and_bad_widths():
     assert not dequantize_q4_0(quantize_q4_0(np.zeros((2, BLOCK), np.float32))).any()
     with pytest.raises(ValueError, match="multiple of 32"):
