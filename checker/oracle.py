@@ -155,9 +155,10 @@ def gpt2(ids: np.ndarray, w: dict[str, np.ndarray], n_head: int, prefix: str = "
 
 def lm_logits(ids: np.ndarray, w: dict[str, np.ndarray], n_head: int, eps: float = 1e-5,
               past: list | None = None) -> tuple[np.ndarray, list]:
-    """GPT2LMHeadModel with the head tied to wte: (logits [b, t, vocab], cache)."""
+    """GPT2LMHeadModel: (logits [b, t, vocab], cache). The head is lm_head.weight
+    (for a loaded checkpoint, the wte table: tied), or wte where it is absent."""
     hidden, present = gpt2(ids, w, n_head, "transformer.", past, eps)
-    return linear(hidden, w["transformer.wte.weight"], None), present
+    return linear(hidden, w.get("lm_head.weight", w["transformer.wte.weight"]), None), present
 
 
 def greedy(ids: list[int], w: dict[str, np.ndarray], n_head: int, max_new_tokens: int,

@@ -2,19 +2,11 @@
 GPT-2's attention heads look at, as a PNG heatmap with the prompt's tokens on
 both axes (row: the token that looks; column: the token it looks at).
 
-The probabilities come from bonus step 15's ``GPT2AttentionWithWeights``: the
-model is the course's GPT2LMHeadModel with each block's attention swapped for
-that class before the weights are loaded (the parameter names are the same),
-then compiled into a MAX graph.
-
-Why fixed lengths: with a *symbolic* sequence length, MAX 26.7 compiled
-``softmax(scores + causal_mask)`` wrongly when the softmax itself is a graph
-output: the mask was dropped (measured: every row a softmax over all keys;
-eager and static-shape graphs were right, and so is the app, whose softmax
-only feeds ``@ v``). So the prompt is padded on the right to a fixed length
-(64, 128, ... up to n_positions; one graph each, cached on disk by MAX) and
-the first rows and columns are kept: under the causal mask, tokens after the
-prompt change nothing before them.
+The model comes from the one build, ``load_gpt2(..., attention_layer=N)``:
+the course's GPT2LMHeadModel with bonus step 15's attention (step 07's math,
+keeping its probabilities), compiled into the same graph as ``generate``'s
+plus one output, layer N's probabilities. Only that layer's [n_head, seq,
+seq] reaches the host.
 """
 
 from __future__ import annotations
@@ -22,20 +14,19 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from model.device import DEVICES, DeviceError, Placement, choose
-from weights import WeightsError, load_state, load_tokenizer, read_config, resolve_model
+from model.course import course
+from model.device import DEVICES, DeviceError
+from weights import WeightsError, read_config, resolve_model
 
 EXIT_USAGE = 2
 DPI = 100
 PANEL_INCHES = 3.2  # one head of the grid
 SINGLE_INCHES = 6.4  # one head alone
 GRID_COLUMNS = 4
-MIN_LENGTH = 64  # prompts are padded to 64, 128, ... tokens (see above)
 
 EXAMPLES = """examples:
   python -m model.attention_map "The cat sat on the mat because it was tired"
@@ -49,101 +40,24 @@ class UsageError(Exception):
     pass
 
 
-@dataclass
-class AttentionModel:
-    """A GPT-2 compiled to return every layer's attention probabilities."""
-
-    config: object
-    tokenizer: object
-    probe: object = field(repr=False)
-    placement: Placement
-    graphs: dict = field(default_factory=dict, repr=False)  # padded length -> compiled
-
-    def padded_length(self, seq: int) -> int:
-        length = MIN_LENGTH
-        while length < seq:
-            length *= 2
-        return min(length, self.config.n_positions)
-
-    def probabilities(self, ids: list[int]) -> np.ndarray:
-        """[n_layer, n_head, seq, seq] float32 for one prompt."""
-        from max.driver import CPU
-        from max.dtype import DType
-        from max.experimental.tensor import Tensor
-        from max.graph import TensorType
-
-        seq = len(ids)
-        length = self.padded_length(seq)
-        if length not in self.graphs:
-            ids_type = TensorType(DType.int64, [1, length], device=self.placement.max_device())
-            self.graphs[length] = self.probe.compile(ids_type)
-        padded = np.zeros((1, length), dtype=np.int64)
-        padded[0, :seq] = ids
-        t = Tensor.from_dlpack(padded)
-        if self.placement.kind != "cpu":
-            t = t.to(self.placement.max_device())
-        outputs = self.graphs[length](t)
-        return np.stack([o.to(CPU()).to_numpy()[0, :, :seq, :seq] for o in outputs])
+_LOADED: dict[tuple[str, str, int], object] = {}
 
 
-def _probe(lm):
-    """Wrap the model: ids in, one [1, n_head, seq, seq] tensor per layer out."""
-    from max.experimental import nn
+def load_attention_model(model: str | Path, layer: int, device: str = "auto"):
+    """``load_gpt2(model, device, attention_layer=layer)``, once per process
+    (the tests and a notebook draw several prompts from one model)."""
+    from model.gpt2 import load_gpt2
 
-    from solutions.solution_08 import pre_norm_residual
-
-    class AttentionProbe(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lm = lm
-
-        def forward(self, ids):
-            # GPT2Model.forward (step 10) and GPT2Block.forward (step 09),
-            # keeping each attention's probabilities on the way.
-            t = self.lm.transformer
-            x = t.wte(ids) + t.wpe(ids.shape[1], 0)
-            maps = []
-            for block in t.h:
-                out, _, _, weights = block.attn(block.ln_1(x), return_weights=True)
-                x = pre_norm_residual(x + out, block.ln_2, block.mlp)
-                maps.append(weights)
-            return tuple(maps)
-
-    return AttentionProbe()
+    key = (str(model), device, layer)
+    if key not in _LOADED:
+        _LOADED[key] = load_gpt2(model, device=device, attention_layer=layer)
+    return _LOADED[key]
 
 
-_LOADED: dict[tuple[str, str], AttentionModel] = {}
-
-
-def load_attention_model(model: str | Path, device: str = "cpu") -> AttentionModel:
-    """Resolve and load (once per process and model); graphs compile on first use.
-    ``model``: a hub id or a folder (as ``resolve_model`` returns it)."""
-    key = (str(model), device)
-    if key in _LOADED:
-        return _LOADED[key]
-    from max.dtype import DType
-    from max.experimental import functional as F
-    from max.experimental.tensor import default_dtype
-
-    from solutions.solution_01 import GPT2Config
-    from solutions.solution_11 import GPT2LMHeadModel
-    from solutions.solution_15 import GPT2AttentionWithWeights
-
-    placement = choose(device, "float32")
-    folder = resolve_model(str(model))
-    config = read_config(folder, GPT2Config)
-    tokenizer = load_tokenizer(folder, config)
-    state = load_state(folder, config)
-    with F.lazy(), default_dtype(DType.float32):
-        lm = GPT2LMHeadModel(config)
-        for block in lm.transformer.h:
-            block.attn = GPT2AttentionWithWeights(config)
-    lm.load_state_dict(state)
-    if placement.kind != "cpu":
-        lm.to(placement.max_device())
-    loaded = AttentionModel(config, tokenizer, _probe(lm), placement)
-    _LOADED[key] = loaded
-    return loaded
+def probabilities(gpt2, ids: list[int]) -> np.ndarray:
+    """[n_head, seq, seq] float32: the built layer's attention for one prompt."""
+    probs, _ = gpt2.attention(np.array([ids], dtype=np.int64))
+    return probs[0]
 
 
 def token_labels(tokenizer, ids: list[int]) -> list[str]:
@@ -221,7 +135,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layer", type=int, default=0, help="which layer, from 0 (default: 0)")
     p.add_argument("--head", default="all", help="a head number from 0, or 'all' for a grid (default: all)")
     p.add_argument("--out", type=Path, help="where to write the PNG (default: attention-L<layer>-<head>.png)")
-    p.add_argument("--device", default="cpu", choices=DEVICES, help="where to run (default: cpu)")
+    p.add_argument("--device", default="auto", choices=DEVICES,
+                   help="auto takes a GPU when MAX sees one, as generate does (default: auto)")
     return p
 
 
@@ -231,17 +146,15 @@ def main(argv: list[str] | None = None) -> int:
         if not args.prompt.strip():
             raise UsageError("the prompt is empty")
         folder = resolve_model(args.model)
-        from solutions.solution_01 import GPT2Config
-
-        heads = check_request(read_config(folder, GPT2Config), args.layer, args.head)  # before the slow part
-        model = load_attention_model(folder, args.device)  # resolved once, above
-        ids = model.tokenizer.encode(args.prompt)
-        if len(ids) > model.config.n_positions:
-            raise UsageError(f"the prompt is {len(ids)} tokens; this model reads at most {model.config.n_positions}")
-        probs = model.probabilities(ids)[args.layer]
+        heads = check_request(read_config(folder, course().GPT2Config), args.layer, args.head)  # before the slow part
+        gpt2 = load_attention_model(folder, args.layer, args.device)
+        ids = gpt2.tokenizer.encode(args.prompt)
+        if len(ids) > gpt2.config.n_positions:
+            raise UsageError(f"the prompt is {len(ids)} tokens; this model reads at most {gpt2.config.n_positions}")
+        probs = probabilities(gpt2, ids)
         out = args.out or Path(f"attention-L{args.layer}-{args.head}.png")
         title = f"{args.model}: {args.prompt[:60]}" + ("..." if len(args.prompt) > 60 else "")
-        draw(probs, token_labels(model.tokenizer, ids), heads, args.layer, title, out)
+        draw(probs, token_labels(gpt2.tokenizer, ids), heads, args.layer, title, out)
     except (UsageError, WeightsError, DeviceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

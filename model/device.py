@@ -39,9 +39,10 @@ class Placement:
         return DType.bfloat16 if self.dtype == "bfloat16" else DType.float32
 
     @property
-    def quantized(self) -> bool:
-        """Weights in a block format, activations in float32."""
-        return self.dtype in QUANTIZED_DTYPES
+    def quantization(self) -> str | None:
+        """The block encoding of the Linear layers' weights (activations stay
+        float32), or None for plain float weights."""
+        return self.dtype if self.dtype in QUANTIZED_DTYPES else None
 
 
 def accelerator_count() -> int:

@@ -1,60 +1,53 @@
-"""The GPT-2 the app runs: the curriculum's own blocks, loaded and compiled.
+"""The one model build: every caller gets its GPT-2 from ``load_gpt2``.
 
-    gpt2 = load_gpt2("gpt2")                       # or a local folder
+    gpt2 = load_gpt2("gpt2")                        # hub id or folder; device/dtype auto
     cache = gpt2.empty_cache(batch=1)
-    logits, cache = gpt2.step(ids, cache)          # prefill: the whole prompt
-    logits, cache = gpt2.step(next_ids, cache)     # decode: one token each
+    logits, cache = gpt2.step(ids, cache)           # prefill: the whole prompt -> [batch, vocab]
+    logits, cache = gpt2.step(next_ids, cache)      # decode: one token each   -> [batch, vocab]
+    every = gpt2.forward_logits(ids)                # no cache, every position -> [batch, seq, vocab]
 
-The model is ``GPT2LMHeadModel`` from the solutions (``impl="solutions"``) or
-from the learner's own ``steps/`` (``impl="steps"``): the code written in the
-course is the code that runs. It is built under ``F.lazy()`` (no random init),
-loaded with the checkpoint, and compiled once into one MAX graph whose batch,
-sequence and cache lengths are symbolic: the same graph prefills a prompt of
-any length (with an empty cache) and decodes one token at a time, for the
-whole process. MAX keeps the compiled graph in its disk cache between runs.
+    amap = load_gpt2("gpt2", attention_layer=5)     # the same graph, plus one layer's probabilities
+    probs, logits = amap.attention(ids)             # [batch, n_head, seq, seq], [batch, vocab]
+
+From ``--model`` to tokens (generate, attention-map, the bench, the tests):
+
+    weights/resolve.py    the hub id or folder -> a folder
+    weights/config.py     config.json -> the course's GPT2Config (step 01)
+    weights/checkpoint.py safetensors -> {name: float32 array}: Conv1D weights
+                          transposed, buffers dropped, shapes verified, lm_head
+                          tied to wte
+    model/course.py       the course's classes: solutions/ or the learner's steps/
+    build_lm (here)       GPT2LMHeadModel(config, linear, attention) under F.lazy():
+                          linear is nn.Linear, or model/quantize.py's quantized
+                          maker for q4_0/q6_k; attention is step 07's, or step
+                          15's where the attention map is asked for
+    model/quantize.py     quantize_state: blocks for exactly the quantized layers
+    GPT2Graph (here)      step 11's forward with flat inputs and outputs
+    compile               one graph, symbolic batch, sequence and cache lengths
+    model/generate.py     prefill once, then one token per step; sampling.py picks
+
+The graph takes ``ids`` [batch, seq], ``positions`` [k] (the positions whose
+logits to return: the last one when generating, every one for
+``forward_logits``; step 11's ``positions``) and the cache (2 * n_layer
+tensors [batch, n_head, past, head_dim]); it returns the logits [batch, k,
+vocab], the new cache and, when built with ``attention_layer``, that layer's
+probabilities. One compiled graph prefills a prompt of any length and
+decodes, for the whole process; MAX keeps it in its disk cache between runs.
 """
 
 from __future__ import annotations
 
-import importlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from model.course import IMPLS, Course, course
 from model.device import Placement, choose
 from weights import load_state, load_tokenizer, read_config, resolve_model
 
-IMPLS = ("solutions", "steps")
-
-
-def model_classes(impl: str = "solutions"):
-    """(GPT2Config, GPT2LMHeadModel) from the solutions or the learner's steps."""
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, not {impl!r}")
-    prefix = "solutions.solution_" if impl == "solutions" else "steps.step_"
-    config_module = importlib.import_module(prefix + "01")
-    model_module = importlib.import_module(prefix + "11")
-    return config_module.GPT2Config, model_module.GPT2LMHeadModel
-
-
-def _graph_module(lm, last_only: bool):
-    """Wrap the model for compiling: flat tensors in, flat tensors out."""
-    from max.dtype import DType
-    from max.experimental import nn
-
-    class GPT2Graph(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lm = lm
-
-        def forward(self, ids, *past_flat):
-            past = list(zip(past_flat[0::2], past_flat[1::2]))
-            logits, present = self.lm(ids, past, last_only=last_only)
-            return (logits.cast(DType.float32), *(t for kv in present for t in kv))
-
-    return GPT2Graph()
+__all__ = ["GPT2", "IMPLS", "load_gpt2"]
 
 
 @dataclass
@@ -65,38 +58,49 @@ class GPT2:
     placement: Placement
     compiled: object = field(repr=False)
     compile_seconds: float
-    last_only: bool
     tokenizer: object = field(default=None, repr=False)
     source: str = ""
-    quantized_layers: int = 0  # Linear layers (and LM head) in q4_0 / q6_k
-
-    @property
-    def head_dim(self) -> int:
-        return self.config.n_embd // self.config.n_head
+    impl: str = "solutions"
+    quantized_layers: int = 0  # Linear layers (LM head included) that run quantized
+    attention_layer: int | None = None  # whose probabilities the graph also returns
 
     def empty_cache(self, batch: int) -> list:
         """A cache holding nothing: n_layer (key, value) pairs of length 0."""
         from max.experimental.tensor import Tensor
 
-        shape = [batch, self.config.n_head, 0, self.head_dim]
+        shape = [batch, self.config.n_head, 0, self.config.head_dim]
         empty = Tensor.zeros(shape, dtype=self.placement.max_dtype(), device=self.placement.max_device())
         return [empty] * (2 * self.config.n_layer)
 
     def step(self, ids: np.ndarray, cache: list) -> tuple[np.ndarray, list]:
-        """Run ``ids`` [batch, seq] after the cached positions.
-
-        Returns the logits (float32 numpy; [batch, vocab] of the last position
-        when compiled with ``last_only``, else [batch, seq, vocab]) and the new
-        cache (device tensors, to pass to the next call)."""
-        from max.dtype import DType
-
-        out = self.compiled(self._tensor(np.asarray(ids, dtype=np.int64), DType.int64), *cache)
-        logits = out[0].to(self._cpu()).to_numpy()
-        return (logits[:, -1] if self.last_only else logits), list(out[1:])
+        """Run ``ids`` [batch, seq] after the cached positions: the logits of
+        the last position (float32 numpy [batch, vocab]) and the new cache
+        (device tensors, to pass to the next call)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = self._run(ids, [ids.shape[1] - 1], cache)
+        return self._host(out[0])[:, 0], list(out[1:1 + 2 * self.config.n_layer])
 
     def forward_logits(self, ids: np.ndarray) -> np.ndarray:
-        """Logits without a cache ([batch, vocab] or [batch, seq, vocab])."""
-        return self.step(ids, self.empty_cache(len(ids)))[0]
+        """Every position's logits, without a cache: [batch, seq, vocab]."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = self._run(ids, range(ids.shape[1]), self.empty_cache(len(ids)))
+        return self._host(out[0])
+
+    def attention(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The attention probabilities of layer ``attention_layer`` ([batch,
+        n_head, seq, seq], float32 numpy) and the last position's logits
+        ([batch, vocab]), from one run without a cache."""
+        if self.attention_layer is None:
+            raise ValueError("this model was built without attention_layer; load_gpt2(..., attention_layer=N)")
+        ids = np.asarray(ids, dtype=np.int64)
+        out = self._run(ids, [ids.shape[1] - 1], self.empty_cache(len(ids)))
+        return self._host(out[-1]), self._host(out[0])[:, 0]
+
+    def _run(self, ids: np.ndarray, positions, cache: list) -> list:
+        from max.dtype import DType
+
+        positions = np.asarray(list(positions), dtype=np.int64)
+        return self.compiled(self._tensor(ids, DType.int64), self._tensor(positions, DType.int64), *cache)
 
     def _tensor(self, array: np.ndarray, dtype):
         from max.experimental.tensor import Tensor
@@ -107,60 +111,108 @@ class GPT2:
         return t.to(self.placement.max_device()) if self.placement.kind != "cpu" else t
 
     @staticmethod
-    def _cpu():
+    def _host(t) -> np.ndarray:
         from max.driver import CPU
+        from max.dtype import DType
 
-        return CPU()
-
-
-def build_lm(config, impl: str = "solutions", dtype=None):
-    """GPT2LMHeadModel built lazily (no random init), its parameters in
-    ``dtype`` (default float32). The dtype is always set explicitly: MAX's own
-    default depends on the device (bfloat16 where an accelerator is present)."""
-    from max.dtype import DType
-    from max.experimental import functional as F
-    from max.experimental.tensor import default_dtype
-
-    _, model_class = model_classes(impl)
-    with F.lazy(), default_dtype(dtype or DType.float32):
-        return model_class(config)
+        if t.dtype != DType.float32:
+            t = t.cast(DType.float32)
+        return t.to(CPU()).to_numpy()
 
 
-def compile_lm(lm, config, placement: Placement, last_only: bool = True):
-    """Compile ``lm`` for ``placement``; returns (compiled, seconds)."""
-    from max.dtype import DType
-    from max.graph import TensorType
+def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl: str = "solutions", *,
+              attention_layer: int | None = None, with_tokenizer: bool = True) -> GPT2:
+    """The one build: resolve, read, verify, build, load and compile a GPT-2 checkpoint.
 
-    device = placement.max_device()
-    graph = _graph_module(lm, last_only)
-    head_dim = config.n_embd // config.n_head
-    ids_type = TensorType(DType.int64, ["batch", "seq"], device=device)
-    kv_type = TensorType(placement.max_dtype(), ["batch", config.n_head, "past", head_dim], device=device)
-    start = time.perf_counter()
-    compiled = graph.compile(ids_type, *([kv_type] * (2 * config.n_layer)))
-    return compiled, time.perf_counter() - start
-
-
-def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl: str = "solutions",
-              last_only: bool = True, with_tokenizer: bool = True) -> GPT2:
-    """Resolve, read, verify, build, load and compile a GPT-2 checkpoint.
+    ``model``: a hub id or a folder. ``device``/``dtype``: see model/device.py
+    (q6_k / q4_0 build quantized Linear layers). ``impl``: "solutions" or
+    "steps" (the learner's files). ``attention_layer``: also return that
+    layer's attention probabilities (``GPT2.attention``).
 
     Raises ``weights.WeightsError`` or ``model.device.DeviceError`` with a
     one-line message for anything the user can fix."""
     placement = choose(device, dtype)
     folder = resolve_model(str(model))
-    config_class, _ = model_classes(impl)
-    config = read_config(folder, config_class)
+    kit = course(impl)
+    config = read_config(folder, kit.GPT2Config)
+    if attention_layer is not None and not 0 <= attention_layer < config.n_layer:
+        raise ValueError(f"attention_layer {attention_layer}: the model has layers 0-{config.n_layer - 1}")
     tokenizer = load_tokenizer(folder, config) if with_tokenizer else None
-    state = load_state(folder, config)  # every shape verified before loading
-    lm = build_lm(config, impl, placement.max_dtype())
-    lm.load_state_dict(state, auto_cast=placement.dtype == "bfloat16")
-    quantized = 0
-    if placement.quantized:
-        from model.quantize import quantize_lm
+    state = load_state(folder, config)  # every shape verified before building
+    lm = build_lm(kit, config, placement, with_attention=attention_layer is not None)
+    if placement.quantization:
+        from model.quantize import quantize_state
 
-        quantized = quantize_lm(lm, state, placement.dtype)
+        state = quantize_state(lm, state)
     if placement.kind != "cpu":
         lm.to(placement.max_device())
-    compiled, seconds = compile_lm(lm, config, placement, last_only)
-    return GPT2(config, placement, compiled, seconds, last_only, tokenizer, str(folder), quantized)
+    compiled, seconds = _compile(GraphModule(lm, attention_layer), config, placement, state)
+    return GPT2(config, placement, compiled, seconds, tokenizer, str(folder), impl,
+                _quantized_that_ran(lm), attention_layer)
+
+
+def build_lm(kit: Course, config, placement: Placement, with_attention: bool = False):
+    """``GPT2LMHeadModel`` built lazily (no random init: the checkpoint fills
+    it), its layers chosen here: quantized Linears for a quantized placement,
+    step 15's attention (which keeps its probabilities) where asked. The
+    dtype is always set explicitly: MAX's own default depends on the device
+    (bfloat16 where an accelerator is present)."""
+    from max.experimental import functional as F
+    from max.experimental.tensor import default_dtype
+
+    layers = {}
+    if placement.quantization:
+        from model.quantize import quantized_linear
+
+        layers["linear"] = quantized_linear(placement.quantization)
+    if with_attention:
+        layers["attention"] = kit.GPT2AttentionWithWeights
+    with F.lazy(), default_dtype(placement.max_dtype()):
+        return kit.GPT2LMHeadModel(config, **layers)
+
+
+def GraphModule(lm, attention_layer: int | None):
+    """Step 11's model with flat tensors in and out, as a graph needs them."""
+    from max.dtype import DType
+    from max.experimental import nn
+
+    class GPT2Graph(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids, positions, *past_flat):
+            past = list(zip(past_flat[0::2], past_flat[1::2]))
+            logits, present = self.lm(ids, past, positions)
+            out = (logits.cast(DType.float32), *(t for kv in present for t in kv))
+            if attention_layer is not None:
+                # Kept by step 15's attention during the call above: one layer's
+                # probabilities leave the graph, the others are never materialised.
+                out += (self.lm.transformer.h[attention_layer].attn.kept.weights,)
+            return out
+
+    return GPT2Graph()
+
+
+def _compile(graph, config, placement: Placement, state: dict):
+    """Compile ``graph`` for ``placement`` with the checkpoint ``state``; returns (compiled, seconds)."""
+    from max.dtype import DType
+    from max.graph import TensorType
+
+    device = placement.max_device()
+    ids_type = TensorType(DType.int64, ["batch", "seq"], device=device)
+    positions_type = TensorType(DType.int64, ["scored"], device=device)
+    kv_type = TensorType(placement.max_dtype(), ["batch", config.n_head, "past", config.head_dim], device=device)
+    weights = {"lm." + name: array for name, array in state.items()}
+    start = time.perf_counter()
+    compiled = graph.compile(ids_type, positions_type, *([kv_type] * (2 * config.n_layer)),
+                             weights=weights, auto_cast=placement.dtype == "bfloat16")
+    return compiled, time.perf_counter() - start
+
+
+def _quantized_that_ran(lm) -> int:
+    """Quantized layers that the traced graph really calls (a learner's step
+    may build one and not use it: it is not counted)."""
+    from model.quantize import quantized_layers
+
+    return sum(layer.traced.ran for _, layer in quantized_layers(lm))

@@ -24,9 +24,13 @@ follows ggml's ``dequantize_row_q6_K``).
 Scales are chosen simply (the value of largest magnitude maps to the most
 negative code, as ggml's reference Q4_0 does), not by ggml's error search.
 
-What is quantized: the four Linear layers of every block (c_attn, c_proj,
-c_fc, mlp.c_proj) and the LM head (a quantized copy of the tied wte table;
-the embedding lookup keeps reading the float32 table, one row per token).
+What is quantized: every Linear layer the model is built with, i.e. the
+four of every block (c_attn, c_proj, c_fc, mlp.c_proj) and the LM head (a
+quantized copy of the tied wte table; the embedding lookup keeps reading the
+float32 table, one row per token). The build passes ``quantized_linear(enc)``
+as the course's ``linear`` maker (steps 04, 07, 11), so the layers are
+quantized when they are constructed; ``quantize_state`` then turns the
+checkpoint's float32 arrays into blocks for exactly those layers.
 Layer norms, biases, position embeddings and activations stay float32.
 MAX's kernels also round the activations to 8 bits per block (Q8_0 / Q8_K),
 as llama.cpp does. A layer whose input width is not a multiple of the block
@@ -36,6 +40,7 @@ vocab, 50257, becomes 50272) and the padded logits are cut off.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +49,6 @@ BLOCK = 32
 BLOCK_BYTES = 2 + BLOCK // 2
 SUPER = 256  # Q6_K
 ROW_MULTIPLE = 32
-QUANTIZED = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 
 
 def quantize_q4_0(weight: np.ndarray) -> np.ndarray:
@@ -125,73 +129,96 @@ def _inverse(a: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Encoding:
     block: int  # weights per block along the input dimension
+    block_bytes: int  # bytes per block
     quantize: object
     dequantize: object
     max_name: str  # the QuantizationEncoding member
 
 
 ENCODINGS = {
-    "q4_0": Encoding(BLOCK, quantize_q4_0, dequantize_q4_0, "Q4_0"),
-    "q6_k": Encoding(SUPER, quantize_q6_k, dequantize_q6_k, "Q6_K"),
+    "q4_0": Encoding(BLOCK, BLOCK_BYTES, quantize_q4_0, dequantize_q4_0, "Q4_0"),
+    "q6_k": Encoding(SUPER, Q6_K_BYTES, quantize_q6_k, dequantize_q6_k, "Q6_K"),
 }
 
 
+def padded_rows(rows: int) -> int:
+    """MAX's kernels want whole blocks of 32 output rows: padded rows are zeros, cut off after."""
+    return -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE
+
+
+class Traced:
+    """Whether a layer was traced into the graph (a holder MAX's module tree
+    does not look inside). What the app reports as quantized is what ran."""
+
+    ran: bool = False
+
+
+@functools.cache
 def quantized_linear_class():
     """``QuantizedLinear``, defined on first use so that importing this file does not load MAX."""
+    from max.dtype import DType
     from max.experimental import functional as F
     from max.experimental import nn
+    from max.experimental.tensor import Tensor
     from max.graph.quantization import QuantizationEncoding
 
     class QuantizedLinear(nn.Module):
-        """A Linear whose weight is GGUF blocks: y = x @ dequantize(W)^T + b."""
+        """A Linear whose weight is GGUF blocks: y = x @ dequantize(W)^T + b.
 
-        def __init__(self, encoding: str, blocks, bias=None, out_features: int | None = None) -> None:
+        Built like ``nn.Linear(in_dim, out_dim, bias)``; its ``weight`` is
+        [padded out rows, in_dim / block * block bytes] uint8, filled by
+        ``quantize_state``."""
+
+        def __init__(self, encoding: str, in_dim: int, out_dim: int, bias: bool = True) -> None:
             super().__init__()
+            fmt = ENCODINGS[encoding]
             self.encoding = encoding
-            self.weight = blocks
-            self.bias = bias
-            # The kernel wants a multiple of 32 output rows: padded rows are cut off.
-            self.out_features = out_features
+            self.out_features = out_dim
+            self.weight = Tensor.zeros([padded_rows(out_dim), in_dim // fmt.block * fmt.block_bytes], dtype=DType.uint8)
+            self.bias = Tensor.zeros([out_dim]) if bias else None
+            self.traced = Traced()
 
         def forward(self, x):
+            self.traced.ran = True
             y = F.qmatmul(QuantizationEncoding[ENCODINGS[self.encoding].max_name], None, x, self.weight)
-            if self.out_features is not None and self.out_features != self.weight.shape[0]:
+            if self.out_features != self.weight.shape[0]:
                 y = y[..., : self.out_features]
             return y if self.bias is None else y + self.bias
 
     return QuantizedLinear
 
 
-def quantize_lm(lm, state: dict[str, np.ndarray], encoding: str = "q4_0") -> int:
-    """Replace ``lm``'s block Linears and LM head with quantized ones, made
-    from the float32 checkpoint ``state`` (HF names, weights already [out,
-    in]). Returns how many layers were quantized."""
-    from max.experimental.tensor import Tensor
+def quantized_linear(encoding: str):
+    """A ``linear(in_dim, out_dim, bias=True)`` maker for the course's blocks:
+    a QuantizedLinear where the input width fits the format's blocks, else a
+    float32 ``nn.Linear`` (GGUF block formats need whole blocks per row)."""
+    from max.experimental import nn
 
-    QuantizedLinear = quantized_linear_class()
     fmt = ENCODINGS[encoding]
+    QuantizedLinear = quantized_linear_class()
 
-    def quantized(weight: np.ndarray, bias: np.ndarray | None):
+    def linear(in_dim: int, out_dim: int, bias: bool = True):
+        if in_dim % fmt.block:
+            return nn.Linear(in_dim, out_dim, bias=bias)
+        return QuantizedLinear(encoding, in_dim, out_dim, bias)
+
+    return linear
+
+
+def quantized_layers(lm) -> list:
+    """The QuantizedLinear layers of a built model, as (name, module)."""
+    QuantizedLinear = quantized_linear_class()
+    return [(name, m) for name, m in lm.descendants if isinstance(m, QuantizedLinear)]
+
+
+def quantize_state(lm, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``state`` (float32, weights [out, in]) with each of ``lm``'s quantized
+    layers' weights replaced by its blocks (rows padded to a multiple of 32)."""
+    out = dict(state)
+    for name, layer in quantized_layers(lm):
+        weight = np.asarray(state[name + ".weight"], dtype=np.float32)
         rows = weight.shape[0]
-        padded = -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE  # MAX's kernels want whole blocks of rows
-        if padded != rows:
-            weight = np.concatenate([weight, np.zeros((padded - rows, weight.shape[1]), np.float32)])
-        blocks = Tensor.from_dlpack(fmt.quantize(weight))
-        bias = None if bias is None else Tensor.from_dlpack(np.ascontiguousarray(bias, np.float32))
-        return QuantizedLinear(encoding, blocks, bias, rows)
-
-    count = 0
-    for i, block in enumerate(lm.transformer.h):
-        for path in QUANTIZED:
-            name = f"transformer.h.{i}.{path}"
-            weight = np.asarray(state[name + ".weight"], dtype=np.float32)
-            if weight.shape[1] % fmt.block:
-                continue
-            parent, attr = path.split(".")
-            setattr(getattr(block, parent), attr, quantized(weight, state[name + ".bias"]))
-            count += 1
-    wte = np.asarray(state["transformer.wte.weight"], dtype=np.float32)
-    if wte.shape[1] % fmt.block == 0:
-        lm.lm_head = quantized(wte, None)
-        count += 1
-    return count
+        if padded_rows(rows) != rows:
+            weight = np.concatenate([weight, np.zeros((padded_rows(rows) - rows, weight.shape[1]), np.float32)])
+        out[name + ".weight"] = ENCODINGS[layer.encoding].quantize(weight)
+    return out

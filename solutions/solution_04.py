@@ -24,8 +24,15 @@ The math
     The two differ by up to ~1e-3: enough to be caught by a numeric check, and
     enough to drift pretrained outputs away from Hugging Face's.
 
+Building the layers
+    ``linear(in_dim, out_dim)`` makes a Linear layer (weight [out, in], bias
+    [out]). It is ``nn.Linear`` unless the caller passes another maker with the
+    same arguments: the app passes one that stores 4-bit weights
+    (``--dtype q4_0``), which is how one model definition serves every
+    precision. PyTorch code does the same (torchvision's ``norm_layer=``).
+
 Useful MAX calls
-    ``nn.Linear(in_dim, out_dim)`` (weight [out, in], bias [out]), ``F.tanh``,
+    ``F.tanh``,
     ``x * x * x`` or ``x ** 3``, ``math.sqrt`` / ``math.pi`` for the constant.
 
 Check your work with ``pixi run s04``.
@@ -50,13 +57,14 @@ def gelu_new(x: Tensor) -> Tensor:
 class GPT2MLP(nn.Module):
     """c_fc -> gelu_new -> c_proj, with Hugging Face's names."""
 
-    def __init__(self, config: GPT2Config) -> None:
+    def __init__(self, config: GPT2Config, linear=nn.Linear) -> None:
         super().__init__()
-        # Two nn.Linear layers with bias: c_fc widens n_embd to 4 * n_embd,
-        # c_proj brings it back.
+        # Two Linear layers with bias, made by ``linear`` (nn.Linear unless the
+        # app asks for another kind, e.g. quantized): c_fc widens n_embd to
+        # 4 * n_embd, c_proj brings it back.
         # BEGIN SOLUTION
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+        self.c_fc = linear(config.n_embd, 4 * config.n_embd)
+        self.c_proj = linear(4 * config.n_embd, config.n_embd)
         # END SOLUTION
 
     def forward(self, x: Tensor) -> Tensor:

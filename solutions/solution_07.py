@@ -5,7 +5,8 @@ What
 
         c_attn:  one Linear n_embd -> 3 * n_embd, then split into Q, K, V (in that order)
         _split_heads:  [batch, seq, n_embd] -> [batch, n_head, seq, head_dim]
-        _attn:   softmax(Q K^T / sqrt(head_dim) + mask) V, per head
+        attention_weights:  softmax(Q K^T / sqrt(head_dim) + mask), per head
+        _attn:   those weights times V
         _merge_heads:  [batch, n_head, seq, head_dim] -> [batch, seq, n_embd]
         c_proj:  Linear n_embd -> n_embd
 
@@ -34,7 +35,8 @@ Shapes of the head split (b = batch, t = seq, h = n_head, d = head_dim)
     Merging undoes it in reverse order: transpose back, then reshape.
 
 Useful MAX calls
-    ``F.split(x, [n, n, n], axis=-1)``, ``x.reshape([...])``,
+    ``linear(n_in, n_out)`` makes a Linear layer (``nn.Linear`` by default; see
+    step 04), ``F.split(x, [n, n, n], axis=-1)``, ``x.reshape([...])``,
     ``x.transpose(a, b)``, ``q @ k.transpose(-1, -2)``, ``F.softmax(x, axis=-1)``,
     ``F.concat([a, b], axis=2)``; ``x.shape[1]`` is a dimension you can reuse.
 
@@ -54,15 +56,16 @@ from solutions.solution_02 import causal_mask
 class GPT2MultiHeadAttention(nn.Module):
     """Causal multi-head self-attention with GPT-2's combined ``c_attn``."""
 
-    def __init__(self, config: GPT2Config) -> None:
+    def __init__(self, config: GPT2Config, linear=nn.Linear) -> None:
         super().__init__()
         self.n_head = config.n_head
         self.n_embd = config.n_embd
-        self.head_dim = config.n_embd // config.n_head
-        # c_attn: n_embd -> 3 * n_embd (Q, K and V at once); c_proj: n_embd -> n_embd.
+        self.head_dim = config.head_dim  # step 01
+        # Made by ``linear`` (see step 04): c_attn: n_embd -> 3 * n_embd (Q, K
+        # and V at once); c_proj: n_embd -> n_embd.
         # BEGIN SOLUTION
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.c_attn = linear(config.n_embd, 3 * config.n_embd)
+        self.c_proj = linear(config.n_embd, config.n_embd)
         # END SOLUTION
 
     def _split_heads(self, x: Tensor) -> Tensor:
@@ -79,12 +82,17 @@ class GPT2MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape([batch, seq, self.n_embd])
         # END SOLUTION
 
-    def _attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        """softmax(q k^T / sqrt(head_dim) + mask) v, for every batch and head."""
+    def attention_weights(self, q: Tensor, k: Tensor, mask: Tensor) -> Tensor:
+        """softmax(q k^T / sqrt(head_dim) + mask) over the keys: [batch, n_head, seq, past + seq]."""
         # BEGIN SOLUTION
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
-        weights = F.softmax(scores + mask, axis=-1)
-        return weights @ v
+        return F.softmax(scores + mask, axis=-1)
+        # END SOLUTION
+
+    def _attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """The attention weights times v, for every batch and head."""
+        # BEGIN SOLUTION
+        return self.attention_weights(q, k, mask) @ v
         # END SOLUTION
 
     def forward(

@@ -19,6 +19,11 @@ Built from your earlier steps
     ``pre_norm_residual`` (08). They are imported from your own step files, so
     the block runs on the code you wrote.
 
+    ``linear`` and ``attention`` say which Linear layers and which attention
+    class to build (by default nn.Linear and step 07's): pass them on, so
+    that the app can build the same block with quantized layers, or with the
+    attention of bonus step 15 that also keeps its probabilities.
+
 Check your work with ``pixi run s09``.
 """
 
@@ -35,15 +40,16 @@ from solutions.solution_08 import pre_norm_residual
 class GPT2Block(nn.Module):
     """ln_1 -> attn -> residual, ln_2 -> mlp -> residual."""
 
-    def __init__(self, config: GPT2Config) -> None:
+    def __init__(self, config: GPT2Config, linear=nn.Linear, attention=GPT2MultiHeadAttention) -> None:
         super().__init__()
         # Four children named as in GPT-2 checkpoints; both norms use
-        # config.layer_norm_epsilon.
+        # config.layer_norm_epsilon; attn = attention(config, linear) and the
+        # MLP gets the same ``linear``.
         # BEGIN SOLUTION
         self.ln_1 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
-        self.attn = GPT2MultiHeadAttention(config)
+        self.attn = attention(config, linear)
         self.ln_2 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
-        self.mlp = GPT2MLP(config)
+        self.mlp = GPT2MLP(config, linear)
         # END SOLUTION
 
     def forward(

@@ -34,6 +34,7 @@ from solutions.solution_01 import GPT2Config
 from solutions.solution_03 import LayerNorm
 from solutions.solution_05 import TokenEmbedding
 from solutions.solution_06 import PositionEmbedding
+from solutions.solution_07 import GPT2MultiHeadAttention
 from solutions.solution_09 import GPT2Block
 
 # One (key, value) pair per block, each [batch, n_head, positions, head_dim].
@@ -43,13 +44,14 @@ KVCache = list[tuple[Tensor, Tensor]]
 class GPT2Model(nn.Module):
     """Embeddings, n_layer blocks and the final layer norm."""
 
-    def __init__(self, config: GPT2Config) -> None:
+    def __init__(self, config: GPT2Config, linear=nn.Linear, attention=GPT2MultiHeadAttention) -> None:
         super().__init__()
         self.config = config
+        # Every block gets ``linear`` and ``attention`` (see step 09).
         # BEGIN SOLUTION
         self.wte = TokenEmbedding(config.vocab_size, config.n_embd)
         self.wpe = PositionEmbedding(config.n_positions, config.n_embd)
-        self.h = nn.ModuleList([GPT2Block(config) for _ in range(config.n_layer)])
+        self.h = nn.ModuleList([GPT2Block(config, linear, attention) for _ in range(config.n_layer)])
         self.ln_f = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         # END SOLUTION
 

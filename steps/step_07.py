@@ -5,7 +5,8 @@ What
 
         c_attn:  one Linear n_embd -> 3 * n_embd, then split into Q, K, V (in that order)
         _split_heads:  [batch, seq, n_embd] -> [batch, n_head, seq, head_dim]
-        _attn:   softmax(Q K^T / sqrt(head_dim) + mask) V, per head
+        attention_weights:  softmax(Q K^T / sqrt(head_dim) + mask), per head
+        _attn:   those weights times V
         _merge_heads:  [batch, n_head, seq, head_dim] -> [batch, seq, n_embd]
         c_proj:  Linear n_embd -> n_embd
 
@@ -34,7 +35,8 @@ Shapes of the head split (b = batch, t = seq, h = n_head, d = head_dim)
     Merging undoes it in reverse order: transpose back, then reshape.
 
 Useful MAX calls
-    ``F.split(x, [n, n, n], axis=-1)``, ``x.reshape([...])``,
+    ``linear(n_in, n_out)`` makes a Linear layer (``nn.Linear`` by default; see
+    step 04), ``F.split(x, [n, n, n], axis=-1)``, ``x.reshape([...])``,
     ``x.transpose(a, b)``, ``q @ k.transpose(-1, -2)``, ``F.softmax(x, axis=-1)``,
     ``F.concat([a, b], axis=2)``; ``x.shape[1]`` is a dimension you can reuse.
 
@@ -54,12 +56,13 @@ from steps.step_02 import causal_mask
 class GPT2MultiHeadAttention(nn.Module):
     """Causal multi-head self-attention with GPT-2's combined ``c_attn``."""
 
-    def __init__(self, config: GPT2Config) -> None:
+    def __init__(self, config: GPT2Config, linear=nn.Linear) -> None:
         super().__init__()
         self.n_head = config.n_head
         self.n_embd = config.n_embd
-        self.head_dim = config.n_embd // config.n_head
-        # c_attn: n_embd -> 3 * n_embd (Q, K and V at once); c_proj: n_embd -> n_embd.
+        self.head_dim = config.head_dim  # step 01
+        # Made by ``linear`` (see step 04): c_attn: n_embd -> 3 * n_embd (Q, K
+        # and V at once); c_proj: n_embd -> n_embd.
         raise NotImplementedError("TODO(step 07): replace this line with your code")
 
     def _split_heads(self, x: Tensor) -> Tensor:
@@ -70,8 +73,12 @@ class GPT2MultiHeadAttention(nn.Module):
         """[batch, n_head, seq, head_dim] -> [batch, seq, n_embd]"""
         raise NotImplementedError("TODO(step 07): replace this line with your code")
 
+    def attention_weights(self, q: Tensor, k: Tensor, mask: Tensor) -> Tensor:
+        """softmax(q k^T / sqrt(head_dim) + mask) over the keys: [batch, n_head, seq, past + seq]."""
+        raise NotImplementedError("TODO(step 07): replace this line with your code")
+
     def _attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        """softmax(q k^T / sqrt(head_dim) + mask) v, for every batch and head."""
+        """The attention weights times v, for every batch and head."""
         raise NotImplementedError("TODO(step 07): replace this line with your code")
 
     def forward(

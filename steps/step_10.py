@@ -34,6 +34,7 @@ from steps.step_01 import GPT2Config
 from steps.step_03 import LayerNorm
 from steps.step_05 import TokenEmbedding
 from steps.step_06 import PositionEmbedding
+from steps.step_07 import GPT2MultiHeadAttention
 from steps.step_09 import GPT2Block
 
 # One (key, value) pair per block, each [batch, n_head, positions, head_dim].
@@ -43,9 +44,10 @@ KVCache = list[tuple[Tensor, Tensor]]
 class GPT2Model(nn.Module):
     """Embeddings, n_layer blocks and the final layer norm."""
 
-    def __init__(self, config: GPT2Config) -> None:
+    def __init__(self, config: GPT2Config, linear=nn.Linear, attention=GPT2MultiHeadAttention) -> None:
         super().__init__()
         self.config = config
+        # Every block gets ``linear`` and ``attention`` (see step 09).
         raise NotImplementedError("TODO(step 10): replace this line with your code")
 
     def forward(self, ids: Tensor, past: KVCache | None = None) -> tuple[Tensor, KVCache]:

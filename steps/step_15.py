@@ -2,8 +2,8 @@
 
 What
     ``GPT2AttentionWithWeights``: step 07's attention (same parameters, same
-    output) whose forward can, when asked, also return the attention
-    probabilities it used:
+    math, same output) whose forward can, when asked, also return the
+    attention probabilities it used:
 
         forward(x, past_key, past_value, return_weights=False)
             -> (output, keys, values)                    as in step 07
@@ -15,43 +15,53 @@ What
 
 Why
     Those probabilities are what attention-map pictures show (``pixi run
-    attention-map``, built on this class). Returning them is opt-in because a
-    (seq x seq) tensor per head and layer costs memory nobody needs while
-    generating; by default the output is exactly step 07's.
+    attention-map`` builds GPT-2 with this class in every block). Returning
+    them is opt-in because a (seq x seq) tensor per head and layer costs
+    memory nobody needs while generating; by default the output is exactly
+    step 07's.
 
-How
-    Split step 07's ``_attn`` in two: ``attention_weights(q, k, mask)`` is the
-    softmax, and ``_attn`` multiplies its result by v. ``forward`` is step
-    07's forward, keeping the weights on the way.
+How: reuse, do not repeat
+    Step 07 already computes the weights (``attention_weights``) inside
+    ``_attn`` and runs the whole forward. So override only ``_attn``: keep
+    the weights on the way, then multiply them by v as step 07 does; and let
+    ``forward`` call step 07's forward (``super().forward``) and add the kept
+    weights to what it returns.
+
+    Where to keep them: not in a plain attribute. MAX treats every Tensor
+    attribute of a Module as a parameter (``dict(module.parameters)`` would
+    list it and ``load_state_dict`` would ask for it). ``self.kept`` is a
+    small plain object MAX does not look inside: write ``self.kept.weights``.
+    (PyTorch users know the same idea as a forward hook.)
 
 Check your work with ``pixi run s15``.
 """
 
-import math
-
-from max.experimental import functional as F
+from max.experimental import nn
 from max.experimental.tensor import Tensor
 
-from steps.step_01 import GPT2Config  # noqa: F401  (the checker builds the class with it)
-from steps.step_02 import causal_mask
+from steps.step_01 import GPT2Config
 from steps.step_07 import GPT2MultiHeadAttention
+
+
+class Kept:
+    """A holder MAX's module tree does not look inside (no parameters here)."""
+
+    weights: Tensor | None = None
 
 
 class GPT2AttentionWithWeights(GPT2MultiHeadAttention):
     """Step 07's attention, optionally returning its probabilities."""
 
-    def attention_weights(self, q: Tensor, k: Tensor, mask: Tensor) -> Tensor:
-        """softmax(q k^T / sqrt(head_dim) + mask) over the keys."""
-        raise NotImplementedError("TODO(step 15): replace this line with your code")
+    def __init__(self, config: GPT2Config, linear=nn.Linear) -> None:
+        super().__init__(config, linear)
+        self.kept = Kept()
 
     def _attn(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        """Step 07's ``_attn``, through ``attention_weights``."""
+        """Step 07's ``_attn``, keeping the weights in ``self.kept.weights``."""
         raise NotImplementedError("TODO(step 15): replace this line with your code")
 
     def forward(self, x: Tensor, past_key: Tensor | None = None, past_value: Tensor | None = None,
                 return_weights: bool = False):
         """Step 07's forward; with ``return_weights`` also the probabilities."""
-        # As step 07: c_attn, split Q/K/V and heads, the cache, the causal mask.
-        # Then weights = self.attention_weights(q, k, mask); out = c_proj(merge(weights @ v)).
-        # Return (out, k, v, weights) when return_weights, else (out, k, v).
+        # Call step 07's forward, then add self.kept.weights when asked.
         raise NotImplementedError("TODO(step 15): replace this line with your code")

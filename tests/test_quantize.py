@@ -86,9 +86,10 @@ def test_q6_k_is_more_precise_than_q4_0():
 def test_max_kernel_reads_our_blocks(encoding):
     # MAX's qmatmul on our bytes equals x @ dequantize(W)^T, up to its own
     # 8-bit rounding of the activations; 40 output rows are padded to 64.
+    from max.experimental import functional as F
     from max.experimental.tensor import Tensor
 
-    from model.quantize import quantized_linear_class
+    from model.quantize import quantized_linear
 
     fmt = ENCODINGS[encoding]
     rng = np.random.default_rng(3)
@@ -96,7 +97,9 @@ def test_max_kernel_reads_our_blocks(encoding):
     padded = np.concatenate([weight, np.zeros((24, SUPER), np.float32)])
     bias = rng.standard_normal(40).astype(np.float32)
     x = rng.standard_normal((2, 3, SUPER)).astype(np.float32)
-    layer = quantized_linear_class()(encoding, Tensor.from_dlpack(fmt.quantize(padded)), Tensor.from_dlpack(bias), 40)
+    with F.lazy():
+        layer = quantized_linear(encoding)(SUPER, 40)  # what the course's blocks get as `linear`
+    layer.load_state_dict({"weight": fmt.quantize(padded), "bias": bias})
     got = layer(Tensor.from_dlpack(x)).to_numpy()
     want = x @ fmt.dequantize(fmt.quantize(weight)).T + bias
     assert got.shape == (2, 3, 40)

@@ -27,7 +27,8 @@ def test_prefix_and_lm_head_variants_load_the_same(tmp_path, prefix, lm_head):
     hf = random_hf_state(SIZES, seed=1)
     folder = write_checkpoint(tmp_path / "m", SIZES, hf, prefix=prefix, lm_head=lm_head, buffers=True)
     state = load_state(folder, read_config(folder))
-    assert len(state) == len(hf)
+    assert len(state) == len(hf) + 1  # and the tied head:
+    assert state["lm_head.weight"] is state["transformer.wte.weight"]
     for name, array in hf.items():
         expected = array.T if name.endswith(TRANSPOSED) else array
         np.testing.assert_array_equal(state[name], expected)

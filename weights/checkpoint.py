@@ -45,7 +45,8 @@ def expected_shapes(config) -> dict[str, tuple[int, ...]]:
 
 def load_state(folder: Path, config) -> dict[str, np.ndarray]:
     """The checkpoint in ``folder`` as {GPT2LMHeadModel parameter name: float32
-    array}, every shape verified against ``config`` before anything is loaded."""
+    array}, every shape verified against ``config`` before anything is loaded;
+    ``lm_head.weight`` is the ``transformer.wte.weight`` array (tied)."""
     raw = read_safetensors_folder(Path(folder))
     return to_model_names(raw, config, source=str(folder))
 
@@ -81,7 +82,11 @@ def to_model_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint
     wte = state["transformer.wte.weight"]
     if lm_head is not None and (lm_head.shape != wte.shape or not np.array_equal(lm_head, wte)):
         raise WeightsError(f"{source}: lm_head.weight differs from wte.weight; only GPT-2's tied head is supported")
-    return {name: _float32(array) for name, array in state.items()}
+    state = {name: _float32(array) for name, array in state.items()}
+    # The tied head (step 11): lm_head.weight is the wte table itself, one
+    # array under both names, as Hugging Face's tie_weights makes it.
+    state["lm_head.weight"] = state["transformer.wte.weight"]
+    return state
 
 
 def _hf_name(name: str) -> str:

@@ -1,0 +1,38 @@
+"""Which code the model is built from: the reference solutions or the learner's steps/.
+
+This is the one place the app reaches into the course, through plain imports
+(so any import reader sees the arrows model -> solutions and model -> steps).
+``steps/`` holds the learner's own files; they import each other
+(``steps.step_11`` imports ``steps.step_10``, ...), so ``--impl steps`` runs
+the learner's code all the way down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+IMPLS = ("solutions", "steps")
+
+
+@dataclass(frozen=True)
+class Course:
+    """The classes a build needs, from one implementation."""
+
+    impl: str
+    GPT2Config: type  # step 01
+    GPT2LMHeadModel: type  # step 11
+    GPT2AttentionWithWeights: type  # bonus step 15 (the attention map)
+
+
+def course(impl: str = "solutions") -> Course:
+    if impl == "solutions":
+        from solutions.solution_01 import GPT2Config
+        from solutions.solution_11 import GPT2LMHeadModel
+        from solutions.solution_15 import GPT2AttentionWithWeights
+    elif impl == "steps":
+        from steps.step_01 import GPT2Config
+        from steps.step_11 import GPT2LMHeadModel
+        from steps.step_15 import GPT2AttentionWithWeights
+    else:
+        raise ValueError(f"impl must be one of {IMPLS}, not {impl!r}")
+    return Course(impl, GPT2Config, GPT2LMHeadModel, GPT2AttentionWithWeights)
