@@ -29,13 +29,13 @@ def measure(name: str, dtype: str) -> dict:
     folder = REFERENCE / name
     with np.load(folder / "reference.npz") as data:
         ref = {k: data[k] for k in data.files}
-    gpt2 = load_gpt2(folder, device="cpu", dtype=dtype, last_only=False, with_tokenizer=False)
+    gpt2 = load_gpt2(folder, device="cpu", dtype=dtype, with_tokenizer=False)
     logits = gpt2.forward_logits(ref["ids"])
     prompt, greedy = ref["prompt"], ref["greedy"][0]
     forced = gpt2.forward_logits(np.concatenate([prompt, greedy[None, :-1]], axis=1))[0, prompt.shape[1] - 1:]
     out, (step_logits, cache) = [], gpt2.step(prompt, gpt2.empty_cache(1))
     for _ in range(len(greedy)):
-        out.append(int(step_logits[0, -1].argmax()))
+        out.append(int(step_logits[0].argmax()))
         step_logits, cache = gpt2.step(np.array([[out[-1]]]), cache)
     prefix = next((i for i, (a, b) in enumerate(zip(out, greedy)) if a != b), len(greedy))
     return {"checkpoint": name, "dtype": dtype,

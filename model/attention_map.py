@@ -46,9 +46,10 @@ _LOADED: dict[tuple[str, str, int], object] = {}
 def load_attention_model(model: str | Path, layer: int, device: str = "auto"):
     """``load_gpt2(model, device, attention_layer=layer)``, once per process
     (the tests and a notebook draw several prompts from one model)."""
+    from model.device import choose
     from model.gpt2 import load_gpt2
 
-    key = (str(model), device, layer)
+    key = (str(model), choose(device).kind, layer)
     if key not in _LOADED:
         _LOADED[key] = load_gpt2(model, device=device, attention_layer=layer)
     return _LOADED[key]

@@ -1,5 +1,7 @@
-"""`python -m model.attention_map`: attention probabilities from the course's
-model (bonus step 15's class) against the numpy oracle, and the PNG it draws."""
+"""`python -m model.attention_map`: attention probabilities from the one build
+(bonus step 15's class, an extra output of the generate graph) against the
+numpy oracle, and the PNG it draws. Every test draws layer 1, so the suite
+compiles one attention graph."""
 
 from __future__ import annotations
 
@@ -12,11 +14,15 @@ from conftest import run_python
 
 from checker import oracle
 from checker.oracle_attention import attention_probs
-from model.attention_map import figure_pixels, load_attention_model, main
+from model.attention_map import figure_pixels, load_attention_model, main, probabilities
+from model.generate import generate
+from model.gpt2 import load_gpt2
+from model.sampling import Sampling
 from weights import load_state, read_config
 
 # The same small GPT-2 as tests/test_app.py, with the real GPT-2 tokenizer.
 SIZES = dict(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+LAYER = 1
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -47,13 +53,25 @@ def oracle_probs(folder, ids: list[int]) -> np.ndarray:
 
 
 def test_probabilities_match_the_oracle(folder):
-    model = load_attention_model(str(folder))
+    model = load_attention_model(folder, LAYER, "cpu")
     ids = model.tokenizer.encode("The cat sat on the mat because it was tired")
-    probs = model.probabilities(ids)
-    assert probs.shape == (SIZES["n_layer"], SIZES["n_head"], len(ids), len(ids))
-    np.testing.assert_allclose(probs, oracle_probs(folder, ids), atol=1e-5)
+    probs = probabilities(model, ids)
+    assert probs.shape == (SIZES["n_head"], len(ids), len(ids))
+    np.testing.assert_allclose(probs, oracle_probs(folder, ids)[LAYER], atol=1e-5)
     np.testing.assert_allclose(probs.sum(-1), 1, atol=1e-5)
     assert not probs[..., np.triu(np.ones((len(ids), len(ids)), bool), k=1)].any()
+
+
+def test_attention_graph_gives_generates_logits(folder):
+    # The attention map's graph is generate's plus one output: the same logits,
+    # so the same greedy text.
+    prompt = "The cat sat on the mat because it was tired"
+    amap, app = load_attention_model(folder, LAYER, "cpu"), load_gpt2(folder, device="cpu")
+    ids = np.array([app.tokenizer.encode(prompt)])
+    _, logits = amap.attention(ids)
+    np.testing.assert_array_equal(logits, app.step(ids, app.empty_cache(1))[0])
+    greedy = Sampling(temperature=0.0, top_k=None)
+    assert generate(amap, [prompt], 6, greedy)[0].tokens == generate(app, [prompt], 6, greedy)[0].tokens
 
 
 def test_one_head_png(folder, tmp_path, capsys):
@@ -65,19 +83,19 @@ def test_one_head_png(folder, tmp_path, capsys):
 
 def test_all_heads_grid_png(folder, tmp_path):
     out = tmp_path / "grid.png"
-    assert main(["--model", str(folder), "--out", str(out), "Hello world, again"]) == 0
+    assert main(["--model", str(folder), "--layer", "1", "--out", str(out), "Hello world, again"]) == 0
     assert png_size(out) == figure_pixels(SIZES["n_head"]) == (4 * 320, 320)
 
 
 def test_a_heads_picture_changes_with_the_prompt(folder, tmp_path):
-    model = load_attention_model(str(folder))
+    model = load_attention_model(folder, LAYER, "cpu")
     first, second = (model.tokenizer.encode(p) for p in ("The cat sat on the mat", "A dog ran in the park"))
     assert len(first) == len(second)
-    assert not np.allclose(model.probabilities(first)[0, 1], model.probabilities(second)[0, 1])
+    assert not np.allclose(probabilities(model, first)[1], probabilities(model, second)[1])
     pictures = []
     for i, prompt in enumerate(("The cat sat on the mat", "A dog ran in the park")):
         out = tmp_path / f"{i}.png"
-        assert main(["--model", str(folder), "--layer", "0", "--head", "1", "--out", str(out), prompt]) == 0
+        assert main(["--model", str(folder), "--layer", "1", "--head", "1", "--out", str(out), prompt]) == 0
         pictures.append(out.read_bytes())
     assert pictures[0] != pictures[1]
 

@@ -104,7 +104,7 @@ def test_generation_matches_oracle_greedy_and_seeded_sampling_repeats():
     model, weights = _small_lm(seed=4)
 
     def next_logits(ids):
-        logits, _ = maxrun.lazily(model, maxrun.tensor(np.array([ids])), None, last_only=True)
+        logits, _ = maxrun.lazily(model, maxrun.tensor(np.array([ids])), None, maxrun.tensor(np.array([len(ids) - 1])))
         return logits[0, -1]
 
     prompt = [7, 3, 99]

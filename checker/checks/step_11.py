@@ -20,10 +20,13 @@ def _modules(ctx: StepContext):
 def check_parameters(ctx: StepContext) -> None:
     maxrun.check_same_parameters(
         ctx, "GPT2LMHeadModel",
-        "self.transformer = GPT2Model(config); the head reuses transformer.wte.weight, so it has no weight of its own")
+        "self.transformer = GPT2Model(config, linear, attention); "
+        "self.lm_head = linear(config.n_embd, config.vocab_size, bias=False)")
 
 
 def check_logits(ctx: StepContext) -> None:
+    # The checks load lm_head.weight and wte with different random values, so
+    # that a head reading wte directly shows (a loaded checkpoint ties them).
     learner, solution, weights = _modules(ctx)
     rng = np.random.default_rng(110)
     for batch, seq in maxrun.SHAPES:
@@ -32,18 +35,24 @@ def check_logits(ctx: StepContext) -> None:
         if not isinstance(got, tuple) or len(got) != 2:
             raise CheckFailed("forward must return (logits, cache)", "return self.lm_head(hidden), present")
         expected = call(solution, ids)
+        hidden = maxrun.lazily(solution.transformer, maxrun.tensor(ids), what="transformer")[0]
         compare(got[0], expected[0], f"logits for ids of shape {[batch, seq]}",
-                "logits = hidden @ transformer.wte.weight^T, no bias (this step runs your steps 01-10)")
+                "logits = self.lm_head(hidden) (this step runs your steps 01-10)",
+                lambda: {"score with self.lm_head, not wte directly: the loader ties their weights, but the head "
+                         "is its own module (the app may build it quantized)":
+                         hidden @ weights["transformer.wte.weight"].T})
 
 
-def check_last_only(ctx: StepContext) -> None:
+def check_positions(ctx: StepContext) -> None:
     learner, solution, _ = _modules(ctx)
     ids = np.random.default_rng(111).integers(0, CONFIG["vocab_size"], size=(2, 7)).astype(np.int64)
     full = call(solution, ids)[0]
-    got = maxrun.lazily(learner, maxrun.tensor(ids), None, last_only=True, what="forward(last_only=True)")
-    compare(got[0], full[:, -1:], "forward(ids, last_only=True)",
-            "keep only the last position, hidden[:, seq - 1:, :], before the head (shape [batch, 1, vocab])",
-            lambda: {"last_only keeps the *last* position, not the first": full[:, :1]})
+    for positions in ([6], [0, 3, 6]):
+        got = maxrun.lazily(learner, maxrun.tensor(ids), None, maxrun.tensor(np.array(positions, dtype=np.int64)),
+                            what=f"forward(ids, None, positions={positions})")
+        compare(got[0], full[:, positions], f"forward(ids, positions={positions})",
+                "hidden = F.gather(hidden, positions, axis=1) before the head: shape [batch, len(positions), vocab]",
+                lambda: {"gather along axis 1 (the sequence), not axis 0 (the batch)": full[:, :len(positions)]})
 
 
 def check_cache(ctx: StepContext) -> None:
@@ -56,11 +65,10 @@ def check_cache(ctx: StepContext) -> None:
 
 
 CHECKS = [
-    Check("transformer.* parameters only (the head is tied to wte)", check_parameters,
-          "self.transformer = GPT2Model(config)"),
-    Check("logits match the solution at batch 1-2, lengths 1, 7, 70", check_logits,
-          "logits = hidden @ transformer.wte.weight^T"),
-    Check("last_only=True scores just the last position", check_last_only, "hidden[:, seq - 1:, :]"),
+    Check("transformer.* and lm_head.weight (no bias)", check_parameters,
+          "self.lm_head = linear(config.n_embd, config.vocab_size, bias=False)"),
+    Check("logits match the solution at batch 1-2, lengths 1, 7, 70", check_logits, "logits = self.lm_head(hidden)"),
+    Check("positions scores just those positions", check_positions, "F.gather(hidden, positions, axis=1)"),
     Check("with a KV cache, the new token's logits match a full forward", check_cache,
           "pass past on to self.transformer"),
 ]
