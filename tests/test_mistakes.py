@@ -104,7 +104,7 @@ MISTAKES = [
      "not wte directly"),
     ("11", "head with a bias", [("linear(config.n_embd, config.vocab_size, bias=False)", "linear(config.n_embd, config.vocab_size)")],
      "lm_head"),
-    ("11", "positions gathered over the batch", [("F.gather(hidden, positions, axis=1)", "F.gather(hidden, positions, axis=0)")],
+    ("11", "positions gathered over the batch", [("hidden = F.gather(hidden, positions, axis=1)", "hidden = F.gather(hidden, positions, axis=0)")],
      "forward(ids, None, positions="),
     ("11", "cache not passed on", [("hidden, present = self.transformer(ids, past)", "hidden, present = self.transformer(ids)")],
      "pass past on"),

@@ -48,8 +48,15 @@ def check_positions(ctx: StepContext) -> None:
     ids = np.random.default_rng(111).integers(0, CONFIG["vocab_size"], size=(2, 7)).astype(np.int64)
     full = call(solution, ids)[0]
     for positions in ([6], [0, 3, 6]):
-        got = maxrun.lazily(learner, maxrun.tensor(ids), None, maxrun.tensor(np.array(positions, dtype=np.int64)),
-                            what=f"forward(ids, None, positions={positions})")
+        what = f"forward(ids, None, positions={positions})"
+        try:
+            got = maxrun.lazily(learner, maxrun.tensor(ids), None, maxrun.tensor(np.array(positions, dtype=np.int64)),
+                                what=what)
+        except ValueError as exc:  # raised by MAX when the lazy graph runs, not in the learner's file
+            if "gather" not in str(exc):
+                raise
+            raise CheckFailed(f"{what} on ids of shape [2, 7]: {str(exc).splitlines()[-1]}",
+                              "gather along axis 1, the sequence: F.gather(hidden, positions, axis=1)") from None
         compare(got[0], full[:, positions], f"forward(ids, positions={positions})",
                 "hidden = F.gather(hidden, positions, axis=1) before the head: shape [batch, len(positions), vocab]",
                 lambda: {"gather along axis 1 (the sequence), not axis 0 (the batch)": full[:, :len(positions)]})
