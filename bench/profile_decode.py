@@ -1,0 +1,66 @@
+"""``python -m bench.profile_decode``: where one decode step's time goes.
+
+Splits a batch-1 decode step of the app (``GPT2.step`` then greedy
+sampling, as ``model/generate.py`` runs it) into: making the input tensors,
+the compiled graph call, copying the logits to numpy, and choosing the token
+(``model/sampling.py``). Medians over ``--steps`` steps after a 16-token
+prefill. Default: the bench's random GPT-2 124M checkpoint, float32 on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.profile_decode", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", help="checkpoint folder (default: the bench's random gpt2)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--steps", type=int, default=64)
+    args = p.parse_args(argv)
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental.tensor import Tensor
+
+    from bench.__main__ import random_checkpoint
+    from model.gpt2 import load_gpt2
+    from model.sampling import Sampling, next_token
+
+    folder = Path(args.model) if args.model else random_checkpoint("gpt2")
+    gpt2 = load_gpt2(folder, device="cpu", dtype=args.dtype, with_tokenizer=False)
+    greedy, rng = Sampling(temperature=0.0, top_k=None), np.random.default_rng(0)
+    logits, cache = gpt2.step(np.arange(16)[None], gpt2.empty_cache(1))
+    token = next_token(logits[0], greedy, rng)
+    parts: dict[str, list[float]] = {k: [] for k in ("inputs", "graph", "logits to numpy", "sampling", "step total")}
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        ids = Tensor.from_dlpack(np.array([[token]], dtype=np.int64))
+        positions = Tensor.from_dlpack(np.array([0], dtype=np.int64))
+        t1 = time.perf_counter()
+        out = gpt2.compiled(ids, positions, *cache)
+        t2 = time.perf_counter()
+        host = out[0].to(CPU()).to_numpy()[:, 0]
+        t3 = time.perf_counter()
+        token = next_token(host[0], greedy, rng)
+        t4 = time.perf_counter()
+        cache = list(out[1:])
+        for key, seconds in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
+            parts[key].append(seconds)
+    assert out[0].dtype == DType.float32
+    total = statistics.median(parts["step total"])
+    print(f"{folder.name}, {args.dtype}, batch 1, {args.steps} decode steps after a 16-token prefill (medians)")
+    for key, values in parts.items():
+        ms = statistics.median(values) * 1000
+        print(f"  {key:<18}{ms:8.2f} ms  {ms / total / 10:5.1f}%")
+    print(f"  => {1 / total:.1f} tokens/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
