@@ -37,9 +37,10 @@ import numpy as np  # noqa: E402
 
 from bench.measure import peak_rss_mb, timed  # noqa: E402
 from model.device import DTYPES, QUANTIZED_DTYPES  # noqa: E402
+from model.saved_graphs import cache_root  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpt2-on-max"
+CACHE = cache_root()
 
 
 def random_checkpoint(size: str) -> Path:
@@ -113,7 +114,7 @@ def cold_compile_seconds(folder: Path, dtype: str) -> float:
                 f"g = load_gpt2({str(folder)!r}, device='cpu', dtype={dtype!r}, with_tokenizer=False); "
                 "print(g.compile_seconds)")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent,
-                              env=dict(os.environ, XDG_CACHE_HOME=empty))
+                              env=dict(os.environ, XDG_CACHE_HOME=empty, GPT2_MAX_SAVED_GRAPHS="0"))
         if done.returncode != 0:
             raise RuntimeError(done.stderr.strip().splitlines()[-1])
         return float(done.stdout.strip().splitlines()[-1])

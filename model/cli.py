@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.quiet or args.json):
         quantized = f" ({gpt2.quantized_layers} layers quantized)" if gpt2.placement.quantization else ""
         print(f"[{args.model} ({args.impl}) on {gpt2.placement.kind}, {gpt2.placement.dtype}{quantized}: loaded in "
-              f"{time.perf_counter() - start:.1f} s, of which compile {gpt2.compile_seconds:.1f} s]", file=err)
+              f"{time.perf_counter() - start:.1f} s, of which {'loading the saved graph' if gpt2.saved_graph else 'compile'} "
+              f"{gpt2.compile_seconds:.1f} s]", file=err)
 
     stream = len(prompts) == 1 and not args.json
     if stream and not args.quiet:

@@ -1,0 +1,107 @@
+"""Compiled graphs saved on disk, so that a warm start skips MAX's compile.
+
+MAX keeps its own compile cache, but even a graph it has cached took ~3-5 s
+to come back on these machines (``InferenceSession.compile``). A compiled
+graph can instead be written out as a MEF (MAX's executable format) and
+loaded back in ~0.5 s: MAX's ``MefStore`` does both, given a directory. The
+weights are not in the file; they are bound when the graph is loaded.
+
+A MEF is only valid for exactly the graph it was compiled from, so the graph
+is *named* by a digest of everything that shapes it: the MAX version, the
+sources of the build (model/) and of the course's implementation (solutions/
+or the learner's steps/), the checkpoint's config, the placement and the
+build options. Any change to any of them gives a new name, hence a fresh
+compile; MAX's store also checks the graph's input and output types on load.
+
+Where: ``$GPT2_MAX_CACHE/graphs`` (default ``~/.cache/gpt2-on-max/graphs``),
+one folder per graph (~14 MB for GPT-2 124M). Delete it to free the space;
+set ``GPT2_MAX_SAVED_GRAPHS=0`` to compile every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = "manifest.json"  # what MAX's MefStore writes beside the artifacts
+
+
+def cache_root() -> Path:
+    """This project's cache folder (random bench checkpoints, saved graphs)."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpt2-on-max"
+    return Path(os.environ.get("GPT2_MAX_CACHE", default))
+
+
+def enabled() -> bool:
+    return os.environ.get("GPT2_MAX_SAVED_GRAPHS", "1") != "0"
+
+
+def graph_name(impl: str, config, placement, options: dict) -> str:
+    """``gpt2_<digest>``: the digest of everything the compiled graph depends on."""
+    digest = hashlib.sha256()
+    facts = {"max": importlib.metadata.version("max"), "impl": impl,
+             "config": asdict(config) if is_dataclass(config) else vars(config),
+             "placement": [placement.kind, placement.dtype], "options": options}
+    digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
+    for path in sources(impl):
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return "gpt2_" + digest.hexdigest()[:20]
+
+
+def sources(impl: str) -> list[Path]:
+    """The Python files a built graph can depend on."""
+    course = ROOT / ("solutions" if impl == "solutions" else "steps")
+    return sorted([*(ROOT / "model").glob("*.py"), *course.glob("*.py")])
+
+
+@dataclass
+class Store:
+    """Where one graph's MEF is loaded from or saved to.
+
+    ``session`` is the InferenceSession to compile with (None: MAX's default
+    one, nothing saved); ``loaded`` says the MEF was there."""
+
+    name: str
+    session: object = None
+    loaded: bool = False
+    staging: Path | None = None
+
+    def keep(self) -> None:
+        """After compiling: move the saved MEF into place, atomically (two
+        processes compiling the same graph at once both succeed; one wins)."""
+        if self.staging is None:
+            return
+        try:
+            os.rename(self.staging, cache_root() / "graphs" / self.name)
+        except OSError:
+            self.discard()
+
+    def discard(self) -> None:
+        """Drop a half-written MEF (the compile failed or was interrupted)."""
+        if self.staging is not None:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def store_for(name: str, device) -> Store:
+    """Load ``name``'s saved MEF if there is one, else save it when compiled."""
+    if not enabled():
+        return Store(name)
+    from max.engine import InferenceSession
+
+    folder = cache_root() / "graphs" / name
+    if (folder / MANIFEST).is_file():
+        return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), loaded=True)
+    staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=_mkdir(cache_root() / "graphs")))
+    return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging)
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

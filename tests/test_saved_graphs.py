@@ -1,0 +1,57 @@
+"""Saved graphs (model/saved_graphs.py): the second load of a model reads the
+MEF the first one wrote instead of compiling, and runs the same."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from checkpoints import reference
+
+from model import saved_graphs
+from model.device import choose
+from model.gpt2 import load_gpt2
+from solutions.solution_01 import GPT2Config
+
+
+def test_second_load_reads_the_saved_graph(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
+    folder, _, ref = reference("tiny-2l-4h")
+    first = load_gpt2(folder, device="cpu", with_tokenizer=False)
+    second = load_gpt2(folder, device="cpu", with_tokenizer=False)
+    assert not first.saved_graph and second.saved_graph
+    [saved] = (tmp_path / "graphs").iterdir()  # one folder, no staging left behind
+    assert saved.name.startswith("gpt2_") and (saved / "manifest.json").is_file()
+    logits = second.forward_logits(ref["ids"])
+    np.testing.assert_array_equal(logits, first.forward_logits(ref["ids"]))
+    assert np.abs(logits - ref["logits"]).max() <= 1e-4
+    step, _ = second.step(ref["prompt"], second.empty_cache(1))
+    np.testing.assert_array_equal(step, first.step(ref["prompt"], first.empty_cache(1))[0])
+
+
+def test_switched_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
+    monkeypatch.setenv("GPT2_MAX_SAVED_GRAPHS", "0")
+    folder, _, _ = reference("tiny-2l-4h")
+    assert not load_gpt2(folder, device="cpu", with_tokenizer=False).saved_graph
+    assert not (tmp_path / "graphs").exists()
+
+
+def test_the_name_follows_everything_that_shapes_the_graph(tmp_path, monkeypatch):
+    config, cpu = GPT2Config(n_layer=2), choose("cpu", "float32")
+    name = saved_graphs.graph_name("solutions", config, cpu, {"attention_layer": None})
+    assert name == saved_graphs.graph_name("solutions", config, cpu, {"attention_layer": None})
+    others = [
+        saved_graphs.graph_name("steps", config, cpu, {"attention_layer": None}),
+        saved_graphs.graph_name("solutions", replace(config, n_layer=3), cpu, {"attention_layer": None}),
+        saved_graphs.graph_name("solutions", config, choose("cpu", "q4_0"), {"attention_layer": None}),
+        saved_graphs.graph_name("solutions", config, cpu, {"attention_layer": 1}),
+    ]
+    assert name not in others and len(set(others)) == len(others)
+    # A change to a source file of the build gives a new name.
+    monkeypatch.setattr(saved_graphs, "ROOT", tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "gpt2.py").write_text("a = 1\n")
+    before = saved_graphs.graph_name("solutions", config, cpu, {})
+    (tmp_path / "model" / "gpt2.py").write_text("a = 2\n")
+    assert saved_graphs.graph_name("solutions", config, cpu, {}) != before
