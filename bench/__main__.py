@@ -57,8 +57,11 @@ def random_checkpoint(size: str) -> Path:
     return folder
 
 
+LONG_CONTEXT = 896  # decode tokens 896-1024 of GPT-2's 1024-token window
+
+
 def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,
-                 prefill=(16, 512), batches=(1, 8)) -> dict:
+                 prefill=(16, 512), batches=(1, 8), long_context: int = LONG_CONTEXT) -> dict:
     from model.gpt2 import load_gpt2
 
     start = time.perf_counter()
@@ -76,8 +79,11 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
         gpt2.step(ids, gpt2.empty_cache(1))  # warm-up
         out["prefill_ms"][str(n)] = 1000 * timed(lambda: gpt2.step(ids, gpt2.empty_cache(1)), reps)
     out["ttft_ms"] = out["prefill_ms"][str(prefill[0])]
-    for batch in batches:
-        ids = rng.integers(0, vocab, (batch, prefill[0]))
+    runs = [(batch, prefill[0], str(batch)) for batch in batches]
+    if long_context + new_tokens <= gpt2.config.n_positions:
+        runs.append((1, long_context, "long"))
+    for batch, context, key in runs:
+        ids = rng.integers(0, vocab, (batch, context))
 
         def decode():
             logits, cache = gpt2.step(ids, gpt2.empty_cache(batch))
@@ -88,7 +94,7 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
 
         decode()  # warm-up
         seconds = statistics.median(decode() for _ in range(reps))
-        out["decode_tok_s"][str(batch)] = batch * (new_tokens - 1) / seconds
+        out["decode_tok_s"][key] = batch * (new_tokens - 1) / seconds
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 
@@ -133,36 +139,57 @@ ROWS = [  # (label, key, sub-key, unit, higher is better)
     ("prefill 512 tokens", "prefill_ms", "512", "ms", False),
     ("decode, batch 1", "decode_tok_s", "1", "tok/s", True),
     ("decode, batch 8", "decode_tok_s", "8", "tok/s", True),
+    (f"decode at {LONG_CONTEXT}+", "decode_tok_s", "long", "tok/s", True),
     ("time to first token", "ttft_ms", None, "ms", False),
     ("start to first token", "start_to_first_token_s", None, "s", False),
     ("peak memory (RSS)", "peak_rss_mb", None, "MB", False),
 ]
+# This project's precision -> llama.cpp's at the same weight format.
+SAME_PRECISION = {"float32": "f32", "q4_0": "q4_0"}
 
 
-def value(result: dict, key: str, sub: str | None):
-    v = result.get(key)
+def value(result: dict | None, key: str, sub: str | None):
+    v = (result or {}).get(key)
     return v.get(sub) if isinstance(v, dict) else v
 
 
-def table(ours: list[dict], hf: dict | None) -> str:
+def ratio(ours: dict, other: dict | None, key: str, sub: str | None, higher: bool) -> float | None:
+    """How many times faster ours is (above 1: we win)."""
+    v, o = value(ours, key, sub), value(other, key, sub)
+    if v is None or o is None or v == 0 or o == 0:
+        return None
+    return v / o if higher else o / v
+
+
+def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) -> str:
+    """Every measured column, then ours / HF and ours / llama.cpp at the same precision."""
+    llama = llama or []
+    by_precision = {r["dtype"]: r for r in llama}
     lines = []
     for r in ours:
         lines.append(f"this project, {r['dtype']} on {r['device']} (compile {r['compile_s']:.1f} s"
                      + (f", cold {r['cold_compile_s']:.1f} s" if "cold_compile_s" in r else "")
                      + f"; start to first token {r['start_to_first_token_s']:.1f} s)")
-    header = f"{'figure':<22}" + "".join(f"{'max ' + r['dtype']:>16}" for r in ours)
-    header += f"{'hf float32':>14}" + "".join(f"{'speedup ' + r['dtype'][:4]:>15}" for r in ours)
+    columns = [(f"max {r['dtype']}", r) for r in ours] + [("hf float32", hf)]
+    columns += [(f"llama.cpp {r['dtype']}", r) for r in llama]
+    ratios = [(f"vs hf {r['dtype'][:4]}", r, hf) for r in ours]
+    ratios += [(f"vs l.cpp {r['dtype'][:4]}", r, by_precision[SAME_PRECISION[r["dtype"]]])
+               for r in ours if SAME_PRECISION.get(r["dtype"]) in by_precision]
+    header = f"{'figure':<24}" + "".join(f"{name:>15}" for name, _ in columns)
+    header += "".join(f"{name:>15}" for name, _, _ in ratios)
     lines += ["", header, "-" * len(header)]
     for label, key, sub, unit, higher in ROWS:
-        row = f"{label + ' (' + unit + ')':<22}"
-        row += "".join(f"{value(r, key, sub):>16.1f}" for r in ours)
-        h = value(hf, key, sub) if hf else None
-        row += f"{h:>14.1f}" if h is not None else f"{'-':>14}"
-        for r in ours:
+        row = f"{label + ' (' + unit + ')':<24}"
+        for _, r in columns:
             v = value(r, key, sub)
-            speed = (v / h if higher else h / v) if h else None
-            row += f"{speed:>14.2f}x" if speed is not None else f"{'-':>15}"
+            row += f"{v:>15.1f}" if v is not None else f"{'-':>15}"
+        for _, r, other in ratios:
+            x = ratio(r, other, key, sub, higher)
+            row += f"{x:>14.2f}x" if x is not None else f"{'-':>15}"
         lines.append(row)
+    lines.append("(ratios: how many times faster this project is; above 1 it wins. llama.cpp is compared at the "
+                 "same weight format: float32 with f32, q4_0 with q4_0)" if llama else
+                 "(ratios: how many times faster this project is; above 1 it wins)")
     return "\n".join(lines)
 
 
@@ -180,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new-tokens", type=int, default=128, help="tokens per decode run (default: 128)")
     p.add_argument("--hf-python", default=os.environ.get("GPT2_MAX_HF_PYTHON"),
                    help="an interpreter with torch + transformers for the baseline (or GPT2_MAX_HF_PYTHON)")
+    p.add_argument("--llama-cpp", type=Path, default=os.environ.get("GPT2_MAX_LLAMA_CPP"), metavar="BIN_DIR",
+                   help="llama.cpp's build/bin folder (llama-bench, llama-quantize), the second baseline; "
+                        "`python -m bench.llama_cpp setup` builds it (or GPT2_MAX_LLAMA_CPP)")
     p.add_argument("--cold-compile", action="store_true", help="also time a compile with an empty MAX cache")
     p.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
     p.add_argument("--worker", metavar="DTYPE", help=argparse.SUPPRESS)  # one precision, JSON on stdout
@@ -209,12 +239,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Hugging Face baseline failed ({exc}); skipped", file=sys.stderr)
     else:
         print("Hugging Face baseline skipped: no --hf-python / GPT2_MAX_HF_PYTHON with torch", file=sys.stderr)
+    llama = None
+    if args.llama_cpp:
+        from bench import llama_cpp
+
+        try:
+            llama = llama_cpp.measure(Path(args.llama_cpp), folder, args.reps, args.new_tokens)
+        except (OSError, RuntimeError, SystemExit, json.JSONDecodeError) as exc:
+            print(f"llama.cpp baseline failed ({exc}); skipped", file=sys.stderr)
+    else:
+        print("llama.cpp baseline skipped: no --llama-cpp / GPT2_MAX_LLAMA_CPP (python -m bench.llama_cpp setup "
+              "builds it)", file=sys.stderr)
     machine = {"cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
                "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
     print(f"machine: {machine['cpu_count']} cores, {machine['memory_gb']} GiB, {machine['machine']}; "
           f"model: {folder.name}; medians of {args.reps}")
-    print(table(ours, hf))
-    args.json.write_text(json.dumps({"machine": machine, "model": str(folder), "ours": ours, "hf": hf}, indent=2))
+    print(table(ours, hf, llama))
+    args.json.write_text(json.dumps({"machine": machine, "model": str(folder), "ours": ours, "hf": hf,
+                                     "llama_cpp": llama}, indent=2))
     print(f"\nwrote {args.json}")
     return 0
 

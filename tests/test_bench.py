@@ -21,3 +21,30 @@ def test_measure_and_table(tmp_path):
     text = table([ours], hf)
     assert "decode, batch 8 (tok/s)" in text and "4.00x" in text and "2.00x" in text  # 400/100, 20/10
     assert "-" in table([ours], None)
+
+
+def test_table_compares_llama_cpp_at_the_same_weight_format():
+    ours = [{"dtype": d, "device": "cpu", "compile_s": 1.0, "start_to_first_token_s": 2.0, "prefill_ms": {"16": 30.0},
+             "decode_tok_s": {"1": tok_s}} for d, tok_s in (("float32", 60.0), ("q6_k", 100.0))]
+    llama = [{"dtype": "f32", "prefill_ms": {"16": 15.0}, "decode_tok_s": {"1": 120.0}},
+             {"dtype": "q8_0", "prefill_ms": {"16": 10.0}, "decode_tok_s": {"1": 200.0}}]
+    text = table(ours, None, llama)
+    header = next(line for line in text.splitlines() if line.startswith("figure"))
+    assert "llama.cpp f32" in header and "llama.cpp q8_0" in header
+    assert "vs l.cpp floa" in header and "vs l.cpp q6_k" not in header  # llama.cpp has no q6_k here
+    decode = next(line for line in text.splitlines() if line.startswith("decode, batch 1"))
+    assert decode.split()[-1] == "0.50x"  # 60 / 120 tok/s
+    prefill = next(line for line in text.splitlines() if line.startswith("prefill 16"))
+    assert prefill.split()[-1] == "0.50x"  # 15 / 30 ms
+
+
+def test_gguf_names_cover_every_weight():
+    from bench.gguf_export import gguf_name
+    from weights import expected_shapes
+    from solutions.solution_01 import GPT2Config
+
+    names = [gguf_name(n) for n in [*expected_shapes(GPT2Config(n_layer=2)), "lm_head.weight"]]
+    assert names.count(None) == 1  # the tied head is not written
+    written = [n for n in names if n]
+    assert len(set(written)) == len(written) == 4 + 2 * 12
+    assert {"token_embd.weight", "position_embd.weight", "blk.1.attn_qkv.weight", "blk.0.ffn_down.bias"} <= set(written)
