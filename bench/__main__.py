@@ -1,22 +1,26 @@
-"""``python -m bench`` (``pixi run bench``): this project against Hugging Face
-transformers + torch on the same machine, the same GPT-2 shape and the same
-token ids; prints a table of medians with speedups and writes them as JSON.
+"""``python -m bench`` (``pixi run bench``): this project against llama.cpp and
+Hugging Face transformers + torch on the same machine, the same GPT-2 shape
+and checkpoint; prints one table of medians with ratios and writes it as JSON.
 
 Figures: prefill time at 16 and 512 prompt tokens, decode tokens/s over 128
-new tokens at batch 1 and 8 (greedy, KV cache), time to first token (the
-16-token prefill), compile time (this process: warm when MAX's disk cache has
-the graph; cold with --cold-compile, in a fresh cache), start to first token
-(process start, imports, loading, compiling and the first 16-token prefill),
-peak memory. Each precision runs in its own process, so that its start to
-first token and peak memory are its own. The speedup column is how many times
-faster this project is (HF time / our time, or our tokens/s / HF tokens/s):
-above 1 we win.
+new tokens at batch 1 and 8 and at a long context (tokens 896-1024 of the
+window, batch 1) (greedy, KV cache), time to first token (the 16-token
+prefill), compile time (this process: small when the graph was saved by an
+earlier run, see model/saved_graphs.py; cold with --cold-compile, in a fresh
+cache), start to first token (process start, imports, loading, compiling
+and the first 16-token prefill), peak memory. Each precision runs in its own
+process, so that its start to first token and peak memory are its own. A
+ratio column is how many times faster this project is (their time / ours,
+or our tokens/s / theirs): above 1 we win. llama.cpp is compared at the same
+weight format (float32 with f32, q4_0 with q4_0).
 
 Weights: --model names a checkpoint; by default a random checkpoint of the
 chosen GPT-2 size is written once under ~/.cache/gpt2-on-max (speed does not
-depend on the values). The HF baseline needs torch, which is not a dependency:
-name an interpreter that has it with --hf-python or GPT2_MAX_HF_PYTHON (here:
-a Python 3.11 venv with torch 2.13.0 and transformers), or it is skipped.
+depend on the values). The baselines are optional, and each is skipped with
+a message when absent: llama.cpp (bench/llama_cpp.py builds it from PyPI;
+--llama-cpp or GPT2_MAX_LLAMA_CPP names another build) and HF, which needs
+torch, not a dependency: name an interpreter that has it with --hf-python or
+GPT2_MAX_HF_PYTHON (a Python 3.11 venv with torch and transformers).
 """
 
 from __future__ import annotations
@@ -208,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hf-python", default=os.environ.get("GPT2_MAX_HF_PYTHON"),
                    help="an interpreter with torch + transformers for the baseline (or GPT2_MAX_HF_PYTHON)")
     p.add_argument("--llama-cpp", type=Path, default=os.environ.get("GPT2_MAX_LLAMA_CPP"), metavar="BIN_DIR",
-                   help="llama.cpp's build/bin folder (llama-bench, llama-quantize), the second baseline; "
-                        "`python -m bench.llama_cpp setup` builds it (or GPT2_MAX_LLAMA_CPP)")
+                   help="llama.cpp's build/bin folder (llama-bench, llama-quantize), the second baseline "
+                        "(or GPT2_MAX_LLAMA_CPP; default: what `python -m bench.llama_cpp setup` built, if it did)")
     p.add_argument("--cold-compile", action="store_true", help="also time a compile with an empty MAX cache")
     p.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
     p.add_argument("--worker", metavar="DTYPE", help=argparse.SUPPRESS)  # one precision, JSON on stdout
@@ -224,12 +228,20 @@ def main(argv: list[str] | None = None) -> int:
     else:
         folder = random_checkpoint(args.size)
     if args.dtypes is None:
-        args.dtypes = ["float32", *QUANTIZED_DTYPES] if args.device == "cpu" else ["float32", "bfloat16"]
-    ours = []
+        from model.device import choose
+
+        on_gpu = choose(args.device, "float32").kind == "gpu"  # --device auto: what this machine has
+        args.dtypes = ["float32", "bfloat16"] if on_gpu else ["float32", *QUANTIZED_DTYPES]
+    ours, failed = [], []
     for dtype in args.dtypes:
-        result = measure_ours_in_child(folder, dtype, args.device, args.reps, args.new_tokens)
-        if args.cold_compile:
-            result["cold_compile_s"] = cold_compile_seconds(folder, dtype)
+        try:
+            result = measure_ours_in_child(folder, dtype, args.device, args.reps, args.new_tokens)
+            if args.cold_compile:
+                result["cold_compile_s"] = cold_compile_seconds(folder, dtype)
+        except RuntimeError as exc:  # one precision failing must not lose the others
+            print(f"failed: {exc}", file=sys.stderr)
+            failed.append(str(exc))  # "<dtype>: <its last error line>"
+            continue
         ours.append(result)
     hf = None
     if args.hf_python:
@@ -239,10 +251,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Hugging Face baseline failed ({exc}); skipped", file=sys.stderr)
     else:
         print("Hugging Face baseline skipped: no --hf-python / GPT2_MAX_HF_PYTHON with torch", file=sys.stderr)
-    llama = None
-    if args.llama_cpp:
-        from bench import llama_cpp
+    from bench import llama_cpp
 
+    llama, args.llama_cpp = None, args.llama_cpp or llama_cpp.built()
+    if args.llama_cpp:
         try:
             llama = llama_cpp.measure(Path(args.llama_cpp), folder, args.reps, args.new_tokens)
         except (OSError, RuntimeError, SystemExit, json.JSONDecodeError) as exc:
@@ -255,8 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine['cpu_count']} cores, {machine['memory_gb']} GiB, {machine['machine']}; "
           f"model: {folder.name}; medians of {args.reps}")
     print(table(ours, hf, llama))
+    for line in failed:
+        print(f"not measured: {line}")
     args.json.write_text(json.dumps({"machine": machine, "model": str(folder), "ours": ours, "hf": hf,
-                                     "llama_cpp": llama}, indent=2))
+                                     "llama_cpp": llama, "failed": failed}, indent=2))
     print(f"\nwrote {args.json}")
     return 0
 

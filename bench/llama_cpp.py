@@ -1,7 +1,7 @@
 """llama.cpp as the bench's second baseline: build it, convert, measure.
 
     python -m bench.llama_cpp setup          # build llama.cpp under ~/.cache/gpt2-on-max/llama.cpp (~10 min, 2 cores)
-    python -m bench --llama-cpp ~/.cache/gpt2-on-max/llama.cpp/build/bin ...
+    python -m bench                          # finds it there; or --llama-cpp BIN_DIR / GPT2_MAX_LLAMA_CPP
 
 Where llama.cpp comes from: PyPI's ``llama-cpp-python`` sdist carries
 llama.cpp's sources (``vendor/llama.cpp``, with its gguf-py writer); cmake and
@@ -39,6 +39,12 @@ def default_dir() -> Path:
 
 def sources(build_dir: Path) -> Path:
     return build_dir / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp"
+
+
+def built() -> Path | None:
+    """The binaries ``setup`` built in the default place, if it did."""
+    bin_dir = sources(default_dir()) / "build" / "bin"
+    return bin_dir if (bin_dir / "llama-bench").is_file() else None
 
 
 def setup(dest: Path) -> Path:

@@ -46,21 +46,14 @@ GREEN, RED, YELLOW, DIM, RESET = "\033[32m", "\033[31m", "\033[33m", "\033[2m", 
 
 
 def checks_module(step: str):
-    try:
-        return importlib.import_module(f"checker.checks.step_{step}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"checker.checks.step_{step}":
-            return None
-        raise
+    """The checks of one step (every step in STEP_TITLES has them)."""
+    return importlib.import_module(f"checker.checks.step_{step}")
 
 
-def check_step(step: str, learner_path: Path, color: bool, quiet: bool = False) -> bool | None:
-    """Run one step's checks and print them. None: the step is not written yet."""
+def check_step(step: str, learner_path: Path, color: bool, quiet: bool = False) -> bool:
+    """Run one step's checks and print them; True when every check passed."""
     module = checks_module(step)
     paint = (lambda code, text: f"{code}{text}{RESET}") if color else (lambda code, text: text)
-    if module is None:
-        print(f"Step {step}: {STEP_TITLES[step]} is coming in a later release; nothing to check yet.")
-        return None
     print(f"Step {step}: {module.TITLE} ({_shown(learner_path)})")
     if module.USES_MAX:
         _warn_if_cold(paint)
@@ -154,10 +147,10 @@ def check_all(color: bool, solution: bool) -> int:
     for step, result in results.items():
         if step == BONUS[0]:
             print("  bonus steps (optional):")
-        state = {True: "done", False: "not done", None: "coming later"}[result]
+        state = "done" if result else "not done"
         print(f"  {step}  {STEP_TITLES[step]:<42} {state}")
-    written = [r for step, r in results.items() if r is not None and step not in BONUS]
-    bonus = [r for step, r in results.items() if r is not None and step in BONUS]
+    written = [r for step, r in results.items() if step not in BONUS]
+    bonus = [r for step, r in results.items() if step in BONUS]
     print(f"{sum(written)} of {len(written)} steps done; {sum(bonus)} of {len(bonus)} bonus steps.")
     return 0 if all(written) else 1
 

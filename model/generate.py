@@ -3,6 +3,10 @@
 Prompts are batched by token length: prompts of the same length run as one
 batch, so no padding (and no padding mask) is ever needed, and every result
 is exactly what that prompt gives alone. Groups run one after another.
+Sampling too: each prompt draws from its own random stream, derived from the
+seed and the prompt itself (its text, and which repeat of that text it is),
+never from its position or its neighbours, so ``--seed 7`` gives a prompt the
+same text alone or in any batch.
 
 The context window is GPT-2's ``n_positions`` (1024): a prompt longer than
 that is refused; generation stops when the window is full, with
@@ -11,6 +15,7 @@ that is refused; generation stops when the window is full, with
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -55,13 +60,14 @@ def generate(gpt2, prompts: list[str], max_new_tokens: int, sampling: Sampling, 
             raise ContextError("the prompt encodes to no tokens")
         if len(r.prompt_tokens) > limit:
             raise ContextError(f"the prompt has {len(r.prompt_tokens)} tokens; GPT-2's context holds {limit}")
-    rng = np.random.default_rng(seed)
+    rngs = prompt_streams(seed, prompts)
     groups: dict[int, list[int]] = {}
     for i, r in enumerate(results):
         groups.setdefault(len(r.prompt_tokens), []).append(i)
     try:
         for length, members in groups.items():
-            _generate_group(gpt2, [results[i] for i in members], members, max_new_tokens, sampling, rng, on_text)
+            _generate_group(gpt2, [results[i] for i in members], members, max_new_tokens, sampling,
+                            [rngs[i] for i in members], on_text)
     except KeyboardInterrupt:
         for r in results:
             if not r.done:
@@ -70,7 +76,7 @@ def generate(gpt2, prompts: list[str], max_new_tokens: int, sampling: Sampling, 
 
 
 def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_tokens: int, sampling: Sampling,
-                    rng: np.random.Generator, on_text) -> None:
+                    rngs: list[np.random.Generator], on_text) -> None:
     tokenizer = gpt2.tokenizer
     eos = tokenizer.eos_token_id
     ids = np.array([r.prompt_tokens for r in group], dtype=np.int64)
@@ -92,7 +98,7 @@ def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_token
         for b, r in enumerate(group):
             if not active[b]:
                 continue
-            token = next_token(logits[b], sampling, rng, r.prompt_tokens + r.tokens)
+            token = next_token(logits[b], sampling, rngs[b], r.prompt_tokens + r.tokens)
             last[b, 0] = token
             if token == eos:
                 active[b], r.stop_reason = False, "eos"
@@ -117,6 +123,22 @@ def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_token
             r.stop_reason = "context"
         if on_text and len(r.text) > len(shown[b]):
             on_text(indices[b], r.text[len(shown[b]):])
+
+
+def prompt_streams(seed: int | None, prompts: list[str]) -> list[np.random.Generator]:
+    """One generator per prompt, from (seed, the prompt's text, which repeat of
+    that text it is): two copies of one prompt get two different samples, and
+    nothing depends on the other prompts. No seed: fresh entropy each."""
+    seen: dict[str, int] = {}
+    streams = []
+    for prompt in prompts:
+        repeat = seen[prompt] = seen.get(prompt, -1) + 1
+        if seed is None:
+            streams.append(np.random.default_rng())
+            continue
+        text = int.from_bytes(hashlib.sha256(prompt.encode("utf-8")).digest()[:16], "little")
+        streams.append(np.random.default_rng([seed, text, repeat]))
+    return streams
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:

@@ -17,8 +17,8 @@ SOLUTIONS = ROOT / "solutions"
 
 
 def written_steps() -> list[str]:
-    """Steps whose checks exist (the rest are announced as coming)."""
-    return [step for step in cli.STEP_TITLES if cli.checks_module(step) is not None]
+    """Every step (each has its checks)."""
+    return list(cli.STEP_TITLES)
 
 
 def solution_path(step: str) -> Path:

@@ -48,3 +48,29 @@ def test_gguf_names_cover_every_weight():
     written = [n for n in names if n]
     assert len(set(written)) == len(written) == 4 + 2 * 12
     assert {"token_embd.weight", "position_embd.weight", "blk.1.attn_qkv.weight", "blk.0.ffn_down.bias"} <= set(written)
+
+
+def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
+    import json
+
+    import bench.__main__ as bench
+    from bench import llama_cpp
+
+    def fake_child(folder, dtype, device, reps, new_tokens):
+        if dtype == "q6_k":
+            raise RuntimeError("q6_k: something broke")
+        return {"dtype": dtype, "device": "cpu", "compile_s": 1.0, "start_to_first_token_s": 2.0,
+                "prefill_ms": {"16": 30.0}, "decode_tok_s": {"1": 60.0}}
+
+    monkeypatch.setattr(bench, "measure_ours_in_child", fake_child)
+    monkeypatch.setattr(llama_cpp, "built", lambda: None)
+    monkeypatch.setattr("model.device.accelerator_count", lambda: 0)  # a CPU-only machine
+    monkeypatch.delenv("GPT2_MAX_HF_PYTHON", raising=False)
+    monkeypatch.delenv("GPT2_MAX_LLAMA_CPP", raising=False)
+    folder = write_checkpoint(tmp_path / "m", SIZES, seed=5)
+    out = tmp_path / "r.json"
+    assert bench.main(["--model", str(folder), "--device", "auto", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "max float32" in printed and "max q4_0" in printed  # auto on a CPU: the CPU's precisions
+    assert "not measured: q6_k: something broke" in printed
+    assert [r["dtype"] for r in json.loads(out.read_text())["ours"]] == ["float32", "q4_0"]

@@ -139,3 +139,29 @@ def test_top_k_top_p_and_penalty():
 def test_bad_sampling_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Sampling(**kwargs).validate()
+
+
+class NoisyToyModel(ToyModel):
+    """ToyModel with logits that leave room for sampling (several likely tokens)."""
+
+    def step(self, ids, cache):
+        logits, cache = super().step(ids, cache)
+        return np.where(logits > 0, 2.0, np.linspace(0, 1.5, logits.shape[-1])), cache
+
+
+def test_a_seeded_prompt_samples_the_same_alone_and_in_any_batch():
+    sampling = Sampling(temperature=1.0, top_k=None)
+    prompts = ["abc", "hello there", "xy"]  # three lengths: three groups
+    alone = {p: generate(NoisyToyModel(), [p], 12, sampling, seed=7)[0].tokens for p in prompts}
+    batch = generate(NoisyToyModel(), prompts, 12, sampling, seed=7)
+    reordered = generate(NoisyToyModel(), prompts[::-1] + ["zz"], 12, sampling, seed=7)
+    assert {r.prompt: r.tokens for r in batch} == alone
+    assert {r.prompt: r.tokens for r in reordered if r.prompt in alone} == alone
+    assert generate(NoisyToyModel(), ["abc"], 12, sampling, seed=8)[0].tokens != alone["abc"]
+
+
+def test_two_copies_of_a_prompt_get_two_samples():
+    sampling = Sampling(temperature=1.0, top_k=None)
+    first, second = generate(NoisyToyModel(), ["abc", "abc"], 12, sampling, seed=7)
+    assert first.tokens != second.tokens
+    assert first.tokens == generate(NoisyToyModel(), ["abc"], 12, sampling, seed=7)[0].tokens

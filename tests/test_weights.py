@@ -161,3 +161,28 @@ def test_tokenizer_is_checked_after_loading(tmp_path):
     assert "no tokenizer files" in _error(load_tokenizer, folder, read_config(folder))
     (folder / "vocab.json").write_text("{}")
     assert "tokenizer" in _error(load_tokenizer, folder, read_config(folder))
+
+
+def test_bool_buffers_are_skipped_whatever_their_dtype(tmp_path):
+    # Older transformers saved the causal mask as a persistent bool buffer.
+    from safetensors.numpy import save_file
+
+    hf = random_hf_state(SIZES, seed=3)
+    folder = write_checkpoint(tmp_path / "m", SIZES, hf)
+    n = SIZES["n_positions"]
+    buffers = {f"transformer.h.{i}.attn.{b}": np.tril(np.ones((n, n), bool))[None, None]
+               for i in range(SIZES["n_layer"]) for b in ("bias", "masked_bias")}
+    save_file({**hf, **buffers}, str(folder / "model.safetensors"))
+    state = load_state(folder, read_config(folder))
+    np.testing.assert_array_equal(state["transformer.h.1.attn.c_attn.weight"], hf["transformer.h.1.attn.c_attn.weight"].T)
+    assert not any(name.endswith((".attn.bias", ".attn.masked_bias")) for name in state)
+
+
+def test_a_weight_of_an_unknown_dtype_is_still_a_clear_error(tmp_path):
+    from safetensors.numpy import save_file
+
+    hf = random_hf_state(SIZES, seed=3)
+    folder = write_checkpoint(tmp_path / "m", SIZES, hf)
+    save_file({**hf, "transformer.wte.weight": hf["transformer.wte.weight"] > 0}, str(folder / "model.safetensors"))
+    with pytest.raises(WeightsError, match=r"corrupt entry for transformer.wte.weight \(dtype 'BOOL'\)"):
+        load_state(folder, read_config(folder))

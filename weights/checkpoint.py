@@ -22,6 +22,11 @@ TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "ml
 # Buffers some checkpoints carry (the causal mask, a fill value): not weights.
 IGNORED = (["attn", "bias"], ["attn", "masked_bias"])
 
+def is_buffer(name: str) -> bool:
+    """A buffer some checkpoints carry beside the weights (IGNORED)."""
+    return name.split(".")[-2:] in IGNORED
+
+
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 
 
@@ -60,8 +65,6 @@ def to_model_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint
             lm_head = array
             continue
         short = name.removeprefix("transformer.")
-        if short.split(".")[-2:] in IGNORED:
-            continue
         if short.endswith(TRANSPOSED):
             array = array.T
         state["transformer." + short] = array
@@ -137,8 +140,8 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     base = 8 + header_len
     tensors = {}
     for name, info in header.items():
-        if name == "__metadata__":
-            continue
+        if name == "__metadata__" or is_buffer(name):
+            continue  # buffers are not weights, whatever their dtype (older transformers saved bool masks)
         try:
             dtype = _DTYPES[info["dtype"]]
             start, end = info["data_offsets"]
