@@ -120,13 +120,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
 
-    from model.generate import ContextError, generate
+    from model.course import course
+    from model.generate import ContextError, encode_prompts, generate
     from model.gpt2 import load_gpt2
-    from weights import WeightsError
+    from weights import WeightsError, load_tokenizer, read_config, resolve_model
 
     start = time.perf_counter()
     try:
-        gpt2 = load_gpt2(args.model, device=args.device, dtype=args.dtype, impl=args.impl)
+        # Prompts are checked before the model is built: a usage error costs
+        # a second, not a compile.
+        folder = resolve_model(args.model)
+        config = read_config(folder, course("solutions").GPT2Config)
+        encode_prompts(load_tokenizer(folder, config), prompts, config)
+    except (WeightsError, ContextError) as exc:
+        print(f"error: {exc}", file=err)
+        return EXIT_USAGE
+    try:
+        gpt2 = load_gpt2(folder, device=args.device, dtype=args.dtype, impl=args.impl)
     except (WeightsError, DeviceError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE

@@ -46,20 +46,26 @@ class ContextError(ValueError):
     """A prompt that does not fit GPT-2's context window."""
 
 
+def encode_prompts(tokenizer, prompts: list[str], config) -> list[list[int]]:
+    """Each prompt's token ids; ContextError for one that encodes to nothing or
+    does not fit the context window. Needs only the tokenizer and the config,
+    so the command line checks prompts before it loads the model."""
+    encoded = [tokenizer.encode(p) for p in prompts]
+    for ids in encoded:
+        if len(ids) == 0:
+            raise ContextError("the prompt encodes to no tokens")
+        if len(ids) > config.n_positions:
+            raise ContextError(f"the prompt has {len(ids)} tokens; GPT-2's context holds {config.n_positions}")
+    return encoded
+
+
 def generate(gpt2, prompts: list[str], max_new_tokens: int, sampling: Sampling, seed: int | None = None,
              on_text: Callable[[int, str], None] | None = None) -> list[Result]:
     """Continue every prompt; ``on_text(index, new_text)`` streams text as it comes.
 
     A KeyboardInterrupt stops generation cleanly: the results so far come back
     with ``stop_reason = "interrupted"``."""
-    tokenizer = gpt2.tokenizer
-    results = [Result(p, tokenizer.encode(p)) for p in prompts]
-    limit = gpt2.config.n_positions
-    for r in results:
-        if len(r.prompt_tokens) == 0:
-            raise ContextError("the prompt encodes to no tokens")
-        if len(r.prompt_tokens) > limit:
-            raise ContextError(f"the prompt has {len(r.prompt_tokens)} tokens; GPT-2's context holds {limit}")
+    results = [Result(p, ids) for p, ids in zip(prompts, encode_prompts(gpt2.tokenizer, prompts, gpt2.config))]
     rngs = prompt_streams(seed, prompts)
     groups: dict[int, list[int]] = {}
     for i, r in enumerate(results):

@@ -206,3 +206,15 @@ def test_ctrl_c_prints_what_was_generated_and_exits_130(folder, monkeypatch, cap
     assert code == 130
     assert out.out.startswith("Hello") and len(out.out.strip()) > len("Hello")
     assert "stop: interrupted" in out.err and "(interrupted)" in out.err
+
+
+def test_usage_errors_arrive_before_the_model_is_loaded(folder, monkeypatch, capsys):
+    import model.gpt2
+    from model.cli import main
+
+    monkeypatch.setattr(model.gpt2, "load_gpt2", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert main(["--model", str(folder), " x" * 100]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: the prompt has 100 tokens; GPT-2's context holds 64\n"
+    assert main(["--model", str(folder / "nowhere"), "Hello"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from weights.errors import WeightsError
@@ -12,8 +13,14 @@ def load_tokenizer(folder: Path, config=None):
 
     transformers can build an *empty* tokenizer without complaint when the
     vocabulary files are missing (it then encodes everything to []), so the
-    vocabulary size is compared with the config's."""
-    folder = Path(folder)
+    vocabulary size is compared with the config's. Kept per folder for the
+    process (the command line checks prompts with it before loading the model,
+    which then needs it again)."""
+    return _load_tokenizer(Path(folder).resolve(), None if config is None else config.vocab_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_tokenizer(folder: Path, vocab_size: int | None):
     if not ((folder / "vocab.json").is_file() and (folder / "merges.txt").is_file()) \
             and not (folder / "tokenizer.json").is_file():
         raise WeightsError(f"{folder}: no tokenizer files (vocab.json and merges.txt, or tokenizer.json)")
@@ -27,7 +34,7 @@ def load_tokenizer(folder: Path, config=None):
         first = (str(exc).strip().splitlines() or [""])[0]
         raise WeightsError(f"{folder}: tokenizer files unreadable ({type(exc).__name__}: {first})") from None
     size = len(tokenizer)
-    if size < 2 or (config is not None and size != config.vocab_size):
-        want = f"config.json's vocab_size {config.vocab_size}" if config is not None else "a real vocabulary"
+    if size < 2 or (vocab_size is not None and size != vocab_size):
+        want = f"config.json's vocab_size {vocab_size}" if vocab_size is not None else "a real vocabulary"
         raise WeightsError(f"{folder}: the tokenizer has {size} tokens, expected {want}")
     return tokenizer
