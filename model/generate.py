@@ -29,7 +29,7 @@ from model.sampling import Sampling, next_token
 class Result:
     prompt: str
     prompt_tokens: list[int]
-    tokens: list[int] = field(default_factory=list)  # new tokens only
+    tokens: list[int] = field(default_factory=list)  # new tokens only: those of ``text`` (see _tokens_covering)
     text: str = ""  # new text only (cut at a stop string)
     stop_reason: str = "length"  # length | eos | stop | context | interrupted
     prefill_seconds: float = 0.0
@@ -114,6 +114,7 @@ def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_token
             cut = _first_stop(text, sampling.stop)
             if cut is not None:
                 text, active[b], r.stop_reason = text[:cut], False, "stop"
+                r.tokens = _tokens_covering(tokenizer, r.tokens, cut)
             r.text = text
             # Stream only complete characters: a token can end mid-UTF-8.
             if on_text and not text.endswith("\ufffd") and len(text) > len(shown[b]):
@@ -145,6 +146,16 @@ def prompt_streams(seed: int | None, prompts: list[str]) -> list[np.random.Gener
         text = int.from_bytes(hashlib.sha256(prompt.encode("utf-8")).digest()[:16], "little")
         streams.append(np.random.default_rng([seed, text, repeat]))
     return streams
+
+
+def _tokens_covering(tokenizer, tokens: list[int], length: int) -> list[int]:
+    """The shortest prefix of ``tokens`` whose text reaches ``length``
+    characters: the tokens of the text a stop string cut (the last one may
+    run into the stop string when it starts mid-token)."""
+    for k in range(len(tokens) + 1):
+        if len(tokenizer.decode(tokens[:k])) >= length:
+            return tokens[:k]
+    return tokens
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:

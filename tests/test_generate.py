@@ -68,6 +68,7 @@ def test_eos_stops_and_is_not_shown():
 def test_stop_string_cuts_the_text():
     [r] = generate(ToyModel(), ["a"], 10, Sampling(temperature=0.0, top_k=None, stop=("ef",)))
     assert r.text == "bcd" and r.stop_reason == "stop"
+    assert r.tokens == [1, 2, 3]  # the tokens of the returned text, not of the stop string
 
 
 def test_context_window_stops_with_a_reason():
