@@ -48,7 +48,7 @@ import numpy as np
 from model import saved_graphs
 from model.course import IMPLS, Course, course
 from model.device import Placement, choose
-from weights import load_state, load_tokenizer, read_config, resolve_model
+from weights import load_state, load_tokenizer, read_config, read_eos_token_ids, resolve_model
 
 __all__ = ["GPT2", "IMPLS", "load_gpt2"]
 
@@ -67,6 +67,7 @@ class GPT2:
     quantized_layers: int = 0  # Linear layers (LM head included) that run quantized
     attention_layer: int | None = None  # whose probabilities the graph also returns
     saved_graph: bool = False  # loaded from model/saved_graphs.py's MEF, not compiled
+    eos_token_ids: tuple[int, ...] = ()  # the ids that end generation
 
     def empty_cache(self, batch: int) -> list:
         """A cache holding nothing: n_layer (key, value) pairs of length 0."""
@@ -153,8 +154,9 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     name = saved_graphs.graph_name(impl, config, placement, {"attention_layer": attention_layer})
     store = saved_graphs.store_for(name, placement.max_device())
     compiled, seconds = _compile(GraphModule(lm, attention_layer), config, placement, state, store)
+    eos = read_eos_token_ids(folder) or ([tokenizer.eos_token_id] if tokenizer is not None else [])
     return GPT2(config, placement, compiled, seconds, tokenizer, str(folder), impl,
-                _quantized_that_ran(lm), attention_layer, store.loaded)
+                _quantized_that_ran(lm), attention_layer, store.loaded, tuple(eos))
 
 
 def build_lm(kit: Course, config, placement: Placement, with_attention: bool = False):

@@ -34,8 +34,9 @@ class ToyConfig:
 class ToyModel:
     """Next token = (last token + 1) % 27, or the end token after 'z' when eos_after_z."""
 
-    def __init__(self, n_positions=40, eos_after_z=False):
+    def __init__(self, n_positions=40, eos_after_z=False, eos_token_ids=(27,)):
         self.config, self.tokenizer, self.eos_after_z = ToyConfig(n_positions), ToyTokenizer(), eos_after_z
+        self.eos_token_ids = eos_token_ids
         self.calls = []
 
     def empty_cache(self, batch):
@@ -63,6 +64,13 @@ def test_greedy_prefills_once_then_one_token_per_step():
 def test_eos_stops_and_is_not_shown():
     [r] = generate(ToyModel(eos_after_z=True), ["wx"], 10, GREEDY)
     assert r.text == "yz" and r.stop_reason == "eos"
+
+
+def test_the_checkpoints_eos_ids_end_generation():
+    # A checkpoint whose generation_config.json names other end ids than the
+    # tokenizer's: those end the text ('d' is id 3).
+    [r] = generate(ToyModel(eos_token_ids=(3, 27)), ["a"], 10, GREEDY)
+    assert r.text == "bc" and r.stop_reason == "eos"
 
 
 def test_stop_string_cuts_the_text():

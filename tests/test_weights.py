@@ -186,3 +186,29 @@ def test_a_weight_of_an_unknown_dtype_is_still_a_clear_error(tmp_path):
     save_file({**hf, "transformer.wte.weight": hf["transformer.wte.weight"] > 0}, str(folder / "model.safetensors"))
     with pytest.raises(WeightsError, match=r"corrupt entry for transformer.wte.weight \(dtype 'BOOL'\)"):
         load_state(folder, read_config(folder))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("scale_attn_weights", False), ("scale_attn_by_inverse_layer_idx", True), ("reorder_and_upcast_attn", True),
+    ("add_cross_attention", True), ("tie_word_embeddings", False),
+])
+def test_config_fields_that_change_the_math_are_refused_by_name(tmp_path, field, value):
+    folder = write_checkpoint(tmp_path / "m", SIZES)
+    config = json.loads((folder / "config.json").read_text())
+    read_config(folder)  # GPT-2's defaults load
+    (folder / "config.json").write_text(json.dumps({**config, field: value}))
+    message = _error(read_config, folder)
+    assert f"{field} is {json.dumps(value)}" in message and "\n" not in message
+
+
+def test_eos_token_ids_from_generation_config_then_config(tmp_path):
+    from weights import read_eos_token_ids
+
+    folder = write_checkpoint(tmp_path / "m", SIZES)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "eos_token_id": 7}))
+    assert read_eos_token_ids(folder) == [7]
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [3, 50]}))
+    assert read_eos_token_ids(folder) == [3, 50]
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": "x"}))
+    assert "eos_token_id" in _error(read_eos_token_ids, folder)

@@ -10,7 +10,7 @@ or value and what to do about it.
 """
 
 from weights.checkpoint import TRANSPOSED, expected_shapes, load_state
-from weights.config import read_config
+from weights.config import read_config, read_eos_token_ids
 from weights.errors import WeightsError
 from weights.resolve import resolve_model
 from weights.tokenizer import load_tokenizer
@@ -22,5 +22,6 @@ __all__ = [
     "load_state",
     "load_tokenizer",
     "read_config",
+    "read_eos_token_ids",
     "resolve_model",
 ]

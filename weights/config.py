@@ -7,6 +7,17 @@ from pathlib import Path
 
 from weights.errors import WeightsError
 
+# Fields Hugging Face's GPT-2 honours at inference that change the computation,
+# with the only value this project runs; any other value is refused by name
+# (README: "Which config.json fields are honoured").
+GPT2_ONLY = {
+    "scale_attn_weights": True,  # False: no 1 / sqrt(head_dim)
+    "scale_attn_by_inverse_layer_idx": False,  # True: scores also / (layer_idx + 1)
+    "reorder_and_upcast_attn": False,  # True: fp32 attention with the scale folded into q
+    "add_cross_attention": False,  # True: an encoder-decoder block
+    "tie_word_embeddings": True,  # False: a head of its own
+}
+
 # Activations that are GPT-2's tanh-approximated GELU under another name.
 TANH_GELU = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast"}
 
@@ -34,6 +45,11 @@ def read_config(folder: Path, config_class=None):
     activation = raw.get("activation_function", "gelu_new")
     if activation not in TANH_GELU:
         raise WeightsError(f"{path}: activation_function {activation!r} is not GPT-2's gelu_new")
+    for name, default in GPT2_ONLY.items():
+        if raw.get(name, default) != default:
+            raise WeightsError(f"{path}: {name} is {json.dumps(raw[name])}; this project runs GPT-2's default "
+                               f"({json.dumps(default)}) only, so this checkpoint would give other text than "
+                               "Hugging Face's")
     n_inner = raw.get("n_inner")
     if n_inner not in (None, 4 * raw.get("n_embd", 768)):
         raise WeightsError(f"{path}: n_inner {n_inner} is not 4 * n_embd; only GPT-2's MLP width is supported")
@@ -49,3 +65,25 @@ def read_config(folder: Path, config_class=None):
         return config_class(**fields)
     except (ValueError, TypeError) as exc:
         raise WeightsError(f"{path}: {exc}") from None
+
+
+def read_eos_token_ids(folder: Path) -> list[int] | None:
+    """The ids that end generation, as Hugging Face's generate reads them:
+    generation_config.json's ``eos_token_id`` (an int or a list), else
+    config.json's; None when neither names one (then the tokenizer's)."""
+    for name in ("generation_config.json", "config.json"):
+        path = Path(folder) / name
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise WeightsError(f"{path}: not valid JSON ({exc})") from None
+        eos = raw.get("eos_token_id") if isinstance(raw, dict) else None
+        if eos is None:
+            continue
+        ids = eos if isinstance(eos, list) else [eos]
+        if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise WeightsError(f"{path}: eos_token_id {json.dumps(eos)} is not a token id or a list of them")
+        return ids
+    return None
