@@ -176,7 +176,7 @@ def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) ->
                      + f"; start to first token {r['start_to_first_token_s']:.1f} s)")
     columns = [(f"max {r['dtype']}", r) for r in ours] + [("hf float32", hf)]
     columns += [(f"llama.cpp {r['dtype']}", r) for r in llama]
-    ratios = [(f"vs hf {r['dtype'][:4]}", r, hf) for r in ours]
+    ratios = [(f"vs hf {r['dtype'][:4]}", r, hf) for r in ours] if hf else []
     ratios += [(f"vs l.cpp {r['dtype'][:4]}", r, by_precision[SAME_PRECISION[r["dtype"]]])
                for r in ours if SAME_PRECISION.get(r["dtype"]) in by_precision]
     header = f"{'figure':<24}" + "".join(f"{name:>15}" for name, _ in columns)
