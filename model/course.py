@@ -20,6 +20,8 @@ class Course:
 
     impl: str
     GPT2Config: type  # step 01
+    causal_mask: object  # step 02
+    GPT2MultiHeadAttention: type  # step 07
     GPT2LMHeadModel: type  # step 11
     GPT2AttentionWithWeights: type  # bonus step 15 (the attention map)
 
@@ -27,12 +29,16 @@ class Course:
 def course(impl: str = "solutions") -> Course:
     if impl == "solutions":
         from solutions.solution_01 import GPT2Config
+        from solutions.solution_02 import causal_mask
+        from solutions.solution_07 import GPT2MultiHeadAttention
         from solutions.solution_11 import GPT2LMHeadModel
         from solutions.solution_15 import GPT2AttentionWithWeights
     elif impl == "steps":
         from steps.step_01 import GPT2Config
+        from steps.step_02 import causal_mask
+        from steps.step_07 import GPT2MultiHeadAttention
         from steps.step_11 import GPT2LMHeadModel
         from steps.step_15 import GPT2AttentionWithWeights
     else:
         raise ValueError(f"impl must be one of {IMPLS}, not {impl!r}")
-    return Course(impl, GPT2Config, GPT2LMHeadModel, GPT2AttentionWithWeights)
+    return Course(impl, GPT2Config, causal_mask, GPT2MultiHeadAttention, GPT2LMHeadModel, GPT2AttentionWithWeights)

@@ -48,6 +48,7 @@ import numpy as np
 from model import saved_graphs
 from model.course import IMPLS, Course, course
 from model.device import Placement, choose
+from model.kv_cache import Cache, in_place
 from weights import load_state, load_tokenizer, read_config, read_eos_token_ids, resolve_model
 
 __all__ = ["GPT2", "IMPLS", "load_gpt2"]
@@ -68,27 +69,37 @@ class GPT2:
     attention_layer: int | None = None  # whose probabilities the graph also returns
     saved_graph: bool = False  # loaded from model/saved_graphs.py's MEF, not compiled
     eos_token_ids: tuple[int, ...] = ()  # the ids that end generation
+    cache: str = "in_place"  # "in_place" (model/kv_cache.py) or "concat" (the course's step 07 way)
 
-    def empty_cache(self, batch: int) -> list:
-        """A cache holding nothing: n_layer (key, value) pairs of length 0."""
+    def empty_cache(self, batch: int):
+        """A cache holding nothing, for ``batch`` sequences: in-place buffers
+        (model/kv_cache.py) or, with ``cache="concat"``, n_layer (key, value)
+        pairs of length 0 (the course's step 07 way)."""
         from max.experimental.tensor import Tensor
 
-        shape = [batch, self.config.n_head, 0, self.config.head_dim]
-        empty = Tensor.zeros(shape, dtype=self.placement.max_dtype(), device=self.placement.max_device())
-        return [empty] * (2 * self.config.n_layer)
+        c = self.config
+        if self.cache == "in_place":
+            shape = (batch, c.n_head, c.n_positions, c.head_dim)
+            if self.placement.kind == "cpu":  # float32 there; numpy's zero pages cost no eager op
+                return Cache([Tensor.from_dlpack(np.zeros(shape, np.float32)) for _ in range(2 * c.n_layer)])
+            return Cache([Tensor.zeros(list(shape), dtype=self.placement.max_dtype(), device=self.placement.max_device())
+                          for _ in range(2 * c.n_layer)])
+        empty = Tensor.zeros([batch, c.n_head, 0, c.head_dim], dtype=self.placement.max_dtype(),
+                             device=self.placement.max_device())
+        return [empty] * (2 * c.n_layer)
 
-    def step(self, ids: np.ndarray, cache: list) -> tuple[np.ndarray, list]:
+    def step(self, ids: np.ndarray, cache) -> tuple[np.ndarray, object]:
         """Run ``ids`` [batch, seq] after the cached positions: the logits of
-        the last position (float32 numpy [batch, vocab]) and the new cache
-        (device tensors, to pass to the next call)."""
+        the last position (float32 numpy [batch, vocab]) and the new cache, to
+        pass to the next call (an in-place cache passed once is spent)."""
         ids = np.asarray(ids, dtype=np.int64)
-        out = self._run(ids, [ids.shape[1] - 1], cache)
-        return self._host(out[0])[:, 0], list(out[1:1 + 2 * self.config.n_layer])
+        out, cache = self._run(ids, [ids.shape[1] - 1], cache)
+        return self._host(out[0])[:, 0], cache
 
     def forward_logits(self, ids: np.ndarray) -> np.ndarray:
         """Every position's logits, without a cache: [batch, seq, vocab]."""
         ids = np.asarray(ids, dtype=np.int64)
-        out = self._run(ids, range(ids.shape[1]), self.empty_cache(len(ids)))
+        out, _ = self._run(ids, range(ids.shape[1]), self.empty_cache(len(ids)))
         return self._host(out[0])
 
     def attention(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,14 +109,32 @@ class GPT2:
         if self.attention_layer is None:
             raise ValueError("this model was built without attention_layer; load_gpt2(..., attention_layer=N)")
         ids = np.asarray(ids, dtype=np.int64)
-        out = self._run(ids, [ids.shape[1] - 1], self.empty_cache(len(ids)))
+        out, _ = self._run(ids, [ids.shape[1] - 1], self.empty_cache(len(ids)))
         return self._host(out[-1]), self._host(out[0])[:, 0]
 
-    def _run(self, ids: np.ndarray, positions, cache: list) -> list:
+    def _run(self, ids: np.ndarray, positions, cache) -> tuple[list, object]:
+        """One graph call; returns its outputs and the cache after it."""
         from max.dtype import DType
+        from max.experimental.tensor import Tensor
 
-        positions = np.asarray(list(positions), dtype=np.int64)
-        return self.compiled(self._tensor(ids, DType.int64), self._tensor(positions, DType.int64), *cache)
+        positions = self._tensor(np.asarray(list(positions), dtype=np.int64), DType.int64)
+        ids_t = self._tensor(ids, DType.int64)
+        if self.cache != "in_place":
+            out = self.compiled(ids_t, positions, *cache)
+            return out, list(out[1:1 + 2 * self.config.n_layer])
+        if cache.spent:
+            raise ValueError("this cache was already passed to step(); pass the cache step() returned")
+        past, end = cache.length, cache.length + ids.shape[1]
+        if end > self.config.n_positions:
+            raise ValueError(f"{end} positions do not fit the context window of {self.config.n_positions}")
+        if ids.shape[0] != cache.batch:
+            raise ValueError(f"ids have batch {ids.shape[0]}, the cache {cache.batch}")
+        # Host scalars: where this call writes; `mark` carries the cached length as a shape.
+        host = [Tensor.from_dlpack(np.array(v, dtype=np.int64)) for v in (past, end)]
+        mark = Tensor.from_dlpack(np.zeros(past, dtype=np.int8))
+        out = self.compiled(ids_t, positions, *host, mark, *cache.buffers)
+        cache.spent = True
+        return out, Cache(cache.buffers, end)
 
     def _tensor(self, array: np.ndarray, dtype):
         from max.experimental.tensor import Tensor
@@ -125,17 +154,24 @@ class GPT2:
         return t.to(CPU()).to_numpy()
 
 
+CACHES = ("in_place", "concat")
+
+
 def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl: str = "solutions", *,
-              attention_layer: int | None = None, with_tokenizer: bool = True) -> GPT2:
+              attention_layer: int | None = None, cache: str = "in_place", with_tokenizer: bool = True) -> GPT2:
     """The one build: resolve, read, verify, build, load and compile a GPT-2 checkpoint.
 
     ``model``: a hub id or a folder. ``device``/``dtype``: see model/device.py
     (q6_k / q4_0 build quantized Linear layers). ``impl``: "solutions" or
     "steps" (the learner's files). ``attention_layer``: also return that
-    layer's attention probabilities (``GPT2.attention``).
+    layer's attention probabilities (``GPT2.attention``). ``cache``:
+    "in_place" (the app's, model/kv_cache.py) or "concat" (step 07's own
+    way, kept to prove both give the same tokens).
 
     Raises ``weights.WeightsError`` or ``model.device.DeviceError`` with a
     one-line message for anything the user can fix."""
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {CACHES}, not {cache!r}")
     placement = choose(device, dtype)
     folder = resolve_model(str(model))
     kit = course(impl)
@@ -144,25 +180,27 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
         raise ValueError(f"attention_layer {attention_layer}: the model has layers 0-{config.n_layer - 1}")
     tokenizer = load_tokenizer(folder, config) if with_tokenizer else None
     state = load_state(folder, config)  # every shape verified before building
-    lm = build_lm(kit, config, placement, with_attention=attention_layer is not None)
+    lm = build_lm(kit, config, placement, with_attention=attention_layer is not None, cache=cache)
     if placement.quantization:
         from model.quantize import quantize_state
 
         state = quantize_state(lm, state)
     if placement.kind != "cpu":
         lm.to(placement.max_device())
-    name = saved_graphs.graph_name(impl, config, placement, {"attention_layer": attention_layer})
+    name = saved_graphs.graph_name(impl, config, placement, {"attention_layer": attention_layer, "cache": cache})
     store = saved_graphs.store_for(name, placement.max_device())
-    compiled, seconds = _compile(GraphModule(lm, attention_layer), config, placement, state, store)
+    graph = (InPlaceGraph if cache == "in_place" else ConcatGraph)(lm, attention_layer)
+    compiled, seconds = _compile(graph, config, placement, state, store, cache)
     eos = read_eos_token_ids(folder) or ([tokenizer.eos_token_id] if tokenizer is not None else [])
     return GPT2(config, placement, compiled, seconds, tokenizer, str(folder), impl,
-                _quantized_that_ran(lm), attention_layer, store.loaded, tuple(eos))
+                _quantized_that_ran(lm), attention_layer, store.loaded, tuple(eos), cache)
 
 
-def build_lm(kit: Course, config, placement: Placement, with_attention: bool = False):
+def build_lm(kit: Course, config, placement: Placement, with_attention: bool = False, cache: str = "in_place"):
     """``GPT2LMHeadModel`` built lazily (no random init: the checkpoint fills
     it), its layers chosen here: quantized Linears for a quantized placement,
-    step 15's attention (which keeps its probabilities) where asked. The
+    step 15's attention (which keeps its probabilities) where asked, made to
+    keep its cache in place (model/kv_cache.py) unless ``cache="concat"``. The
     dtype is always set explicitly: MAX's own default depends on the device
     (bfloat16 where an accelerator is present)."""
     from max.experimental import functional as F
@@ -173,14 +211,18 @@ def build_lm(kit: Course, config, placement: Placement, with_attention: bool = F
         from model.quantize import quantized_linear
 
         layers["linear"] = quantized_linear(placement.quantization)
-    if with_attention:
-        layers["attention"] = kit.GPT2AttentionWithWeights
+    attention = kit.GPT2AttentionWithWeights if with_attention else kit.GPT2MultiHeadAttention
+    if cache == "in_place":
+        attention = in_place(attention, kit.causal_mask)
+    if attention is not kit.GPT2MultiHeadAttention:
+        layers["attention"] = attention
     with F.lazy(), default_dtype(placement.max_dtype()):
         return kit.GPT2LMHeadModel(config, **layers)
 
 
-def GraphModule(lm, attention_layer: int | None):
-    """Step 11's model with flat tensors in and out, as a graph needs them."""
+def ConcatGraph(lm, attention_layer: int | None):
+    """Step 11's model with the course's cache (step 07's F.concat): flat
+    tensors in and out, the cache among them."""
     from max.dtype import DType
     from max.experimental import nn
 
@@ -202,7 +244,36 @@ def GraphModule(lm, attention_layer: int | None):
     return GPT2Graph()
 
 
-def _compile(graph, config, placement: Placement, state: dict, store: saved_graphs.Store):
+def InPlaceGraph(lm, attention_layer: int | None):
+    """Step 11's model over in-place cache buffers (model/kv_cache.py): ids,
+    positions, the rows to write (start, end), the cached length as a shape
+    (mark), 2 * n_layer buffers in; the logits (and one layer's
+    probabilities) out. The buffers are written in place: no cache output."""
+    from max.dtype import DType
+    from max.experimental import nn
+
+    slots = [block.attn.slot for block in lm.transformer.h]
+
+    class GPT2InPlaceGraph(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids, positions, start, end, mark, *buffers):
+            past = []
+            for i, slot in enumerate(slots):
+                slot.bind(buffers[2 * i], buffers[2 * i + 1], start, end, mark.shape[0])
+                past.append((slot.cached(buffers[2 * i]), slot.cached(buffers[2 * i + 1])))
+            logits, _ = self.lm(ids, past, positions)
+            out = (logits.cast(DType.float32),)
+            if attention_layer is not None:
+                out += (self.lm.transformer.h[attention_layer].attn.kept.weights,)
+            return out
+
+    return GPT2InPlaceGraph()
+
+
+def _compile(graph, config, placement: Placement, state: dict, store: saved_graphs.Store, cache: str):
     """Compile ``graph`` for ``placement`` with the checkpoint ``state`` (or
     load it from ``store``'s saved MEF); returns (compiled, seconds)."""
     from max.dtype import DType
@@ -211,11 +282,21 @@ def _compile(graph, config, placement: Placement, state: dict, store: saved_grap
     device = placement.max_device()
     ids_type = TensorType(DType.int64, ["batch", "seq"], device=device)
     positions_type = TensorType(DType.int64, ["scored"], device=device)
-    kv_type = TensorType(placement.max_dtype(), ["batch", config.n_head, "past", config.head_dim], device=device)
+    if cache == "in_place":
+        from max.driver import CPU
+        from max.graph import BufferType
+
+        host = TensorType(DType.int64, [], device=CPU())  # slice bounds live on the host
+        buffer = BufferType(placement.max_dtype(), ["batch", config.n_head, config.n_positions, config.head_dim],
+                            device=device)
+        cache_types = [host, host, TensorType(DType.int8, ["past"], device=CPU())] + [buffer] * (2 * config.n_layer)
+    else:
+        kv = TensorType(placement.max_dtype(), ["batch", config.n_head, "past", config.head_dim], device=device)
+        cache_types = [kv] * (2 * config.n_layer)
     weights = {"lm." + name: array for name, array in state.items()}
     start = time.perf_counter()
     try:
-        compiled = graph.compile(ids_type, positions_type, *([kv_type] * (2 * config.n_layer)),
+        compiled = graph.compile(ids_type, positions_type, *cache_types,
                                  weights=weights, auto_cast=placement.dtype == "bfloat16", name=store.name,
                                  session=store.session)
     except BaseException:

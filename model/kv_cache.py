@@ -1,0 +1,96 @@
+"""The app's KV cache: buffers allocated once, written in place by the graph.
+
+Why this sits beside step 07: the course's attention keeps the cache as
+values. Every step ``F.concat``s the cached keys and values with the new ones
+into new tensors, which copies the whole cache for every token. Measured on
+GPT-2 124M (2 cores): a decode step grew by ~29 us per cached token, +26 ms at
+896 tokens of context, more than three times the q4_0 step itself. Here each
+layer's keys and values live in one buffer [batch, n_head, n_positions,
+head_dim], allocated once per generation. The graph stores the new rows at
+[past, past + seq) (``F.buffer_store_slice``) and reads [0, past + seq) back,
+so a step costs what its attention reads, not a copy of the cache.
+
+The math is step 07's: the class below subclasses the course's own attention
+(the solution's, or the learner's with ``--impl steps``) and reuses its
+c_attn, ``_split_heads``, ``_attn``, ``_merge_heads``, c_proj and step 02's
+causal mask. Only where the keys and values are kept differs.
+``tests/test_kv_cache.py`` checks that both give the same logits and greedy
+tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class Slot:
+    """One layer's buffers and where the call being traced writes.
+
+    A plain holder that MAX's module tree does not look inside (not a
+    parameter). The graph wrapper binds it before it calls the model: the two
+    buffers, ``start`` and ``end`` (int64 scalars on the host: past and past +
+    seq, the rows this call writes) and ``past`` (the same length as a
+    symbolic dimension, which shapes need)."""
+
+    keys = values = start = end = past = None
+
+    def bind(self, keys, values, start, end, past) -> None:
+        self.keys, self.values, self.start, self.end, self.past = keys, values, start, end, past
+
+    def cached(self, buffer):
+        """The valid part of a buffer before this call: [:, :, 0:past, :]."""
+        return buffer[:, :, (slice(0, self.start.__tensorvalue__()), self.past), :]
+
+    def store(self, k, v):
+        """Write the new rows k, v [batch, n_head, seq, head_dim] at [past,
+        past + seq); return the cached and new keys and values, [0, past + seq)."""
+        from max.experimental import functional as F
+
+        seq = k.shape[2]
+        start, end = self.start.__tensorvalue__(), self.end.__tensorvalue__()
+        rows = (slice(None), slice(None), (slice(start, end), seq), slice(None))
+        F.buffer_store_slice(self.keys, k, rows)
+        F.buffer_store_slice(self.values, v, rows)
+        upto = (slice(None), slice(None), (slice(0, end), self.past + seq), slice(None))
+        return self.keys[upto], self.values[upto]
+
+
+def in_place(attention_class, causal_mask):
+    """``attention_class`` (step 07's, or step 15's which also keeps its
+    probabilities) with its cache in this module's buffers."""
+    from max.experimental import functional as F
+    from max.experimental import nn
+
+    class InPlaceAttention(attention_class):
+        def __init__(self, config, linear=nn.Linear) -> None:
+            super().__init__(config, linear)
+            self.slot = Slot()
+
+        def forward(self, x, past_key=None, past_value=None, **_):
+            # Step 07's forward, with slot.store in place of the F.concat.
+            q, k, v = F.split(self.c_attn(x), [self.n_embd, self.n_embd, self.n_embd], axis=-1)
+            q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+            k, v = self.slot.store(k, v)
+            seq = x.shape[1]
+            mask = causal_mask(seq, k.shape[2] - seq, dtype=x.dtype, device=x.device)
+            return self.c_proj(self._merge_heads(self._attn(q, k, v, mask))), k, v
+
+    InPlaceAttention.__name__ = InPlaceAttention.__qualname__ = f"InPlace{attention_class.__name__}"
+    return InPlaceAttention
+
+
+@dataclass
+class Cache:
+    """A generation's cache: 2 * n_layer buffers and how many positions they hold.
+
+    ``GPT2.step`` writes into the buffers and returns a new Cache with the new
+    length; the one passed in is then spent (its buffers have moved on), and
+    passing it again raises."""
+
+    buffers: list = field(repr=False)
+    length: int = 0
+    spent: bool = False
+
+    @property
+    def batch(self) -> int:
+        return int(self.buffers[0].shape[0])

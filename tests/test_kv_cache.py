@@ -1,0 +1,62 @@
+"""The app's in-place KV cache (model/kv_cache.py) against the course's own
+(step 07's F.concat): the same logits at every step and the same greedy
+tokens, on a reference checkpoint made by Hugging Face."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from checkpoints import reference
+
+from model.gpt2 import load_gpt2
+
+
+@pytest.fixture(scope="module")
+def both():
+    folder, _, ref = reference("tiny-2l-4h")
+    return (load_gpt2(folder, device="cpu", with_tokenizer=False),
+            load_gpt2(folder, device="cpu", cache="concat", with_tokenizer=False), ref)
+
+
+def greedy(gpt2, prompt, n):
+    logits, cache = gpt2.step(prompt, gpt2.empty_cache(len(prompt)))
+    tokens, steps = [], [logits]
+    for _ in range(n):
+        tokens.append(logits.argmax(-1))
+        logits, cache = gpt2.step(tokens[-1][:, None], cache)
+        steps.append(logits)
+    return np.stack(tokens, 1), np.stack(steps, 1)
+
+
+def test_in_place_and_concat_give_the_same_tokens(both):
+    in_place, concat, ref = both
+    assert in_place.cache == "in_place" and concat.cache == "concat"
+    n = len(ref["greedy"][0])
+    tokens, logits = greedy(in_place, ref["prompt"], n)
+    tokens_c, logits_c = greedy(concat, ref["prompt"], n)
+    np.testing.assert_array_equal(tokens, tokens_c)
+    np.testing.assert_array_equal(tokens[0], ref["greedy"][0])
+    assert np.abs(logits - logits_c).max() <= 1e-4
+
+
+def test_a_batch_of_two_and_a_long_prefill_then_decode(both):
+    in_place, concat, ref = both
+    prompt = ref["ids"][:, :20]  # batch 2, 20 tokens, then 10 steps each
+    np.testing.assert_array_equal(greedy(in_place, prompt, 10)[0], greedy(concat, prompt, 10)[0])
+
+
+def test_a_spent_cache_is_refused(both):
+    in_place, _, ref = both
+    cache = in_place.empty_cache(1)
+    _, after = in_place.step(ref["prompt"], cache)
+    with pytest.raises(ValueError, match="already passed to step"):
+        in_place.step(ref["prompt"], cache)
+    assert after.length == ref["prompt"].shape[1] and not after.spent
+
+
+def test_the_in_place_block_is_the_courses_attention(both):
+    from model.kv_cache import in_place as make
+    from solutions.solution_02 import causal_mask
+    from solutions.solution_07 import GPT2MultiHeadAttention
+
+    assert issubclass(make(GPT2MultiHeadAttention, causal_mask), GPT2MultiHeadAttention)
