@@ -20,9 +20,10 @@ From ``--model`` to tokens (generate, attention-map, the bench, the tests):
     build_lm (here)       GPT2LMHeadModel(config, linear, attention) under F.lazy():
                           linear is nn.Linear, or model/quantize.py's quantized
                           maker for q4_0/q6_k; attention is step 07's, or step
-                          15's where the attention map is asked for
+                          15's where the attention map is asked for, made by
+                          model/kv_cache.py to keep its cache in place
     model/quantize.py     quantize_state: blocks for exactly the quantized layers
-    GPT2Graph (here)      step 11's forward with flat inputs and outputs
+    InPlaceGraph (here)   step 11's forward over the cache buffers
     compile               one graph, symbolic batch, sequence and cache lengths;
                           model/saved_graphs.py saves it as a MEF and loads
                           that on later starts (~0.5 s instead of ~3-5 s)
@@ -30,11 +31,15 @@ From ``--model`` to tokens (generate, attention-map, the bench, the tests):
 
 The graph takes ``ids`` [batch, seq], ``positions`` [k] (the positions whose
 logits to return: the last one when generating, every one for
-``forward_logits``; step 11's ``positions``) and the cache (2 * n_layer
-tensors [batch, n_head, past, head_dim]); it returns the logits [batch, k,
-vocab], the new cache and, when built with ``attention_layer``, that layer's
-probabilities. One compiled graph prefills a prompt of any length and
-decodes, for the whole process; MAX keeps it in its disk cache between runs.
+``forward_logits``; step 11's ``positions``) and the cache: the rows this
+call writes (start, end), the cached length as a shape, and 2 * n_layer
+buffers [batch, n_head, n_positions, head_dim] that it writes in place. It
+returns the logits [batch, k, vocab] and, when built with
+``attention_layer``, that layer's probabilities. One compiled graph
+prefills a prompt of any length and decodes, for the whole process.
+``cache="concat"`` builds the course's own cache instead (step 07: the
+cache goes in and comes out as tensors, concatenated every step); it is
+kept to prove both give the same tokens (tests/test_kv_cache.py).
 """
 
 from __future__ import annotations
