@@ -80,8 +80,8 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
            "prefill_ms": {}, "decode_tok_s": {}}
     for n in prefill:
         ids = rng.integers(0, vocab, (1, n))
-        gpt2.step(ids, gpt2.empty_cache(1))  # warm-up
-        out["prefill_ms"][str(n)] = 1000 * timed(lambda: gpt2.step(ids, gpt2.empty_cache(1)), reps)
+        gpt2.step(ids, gpt2.empty_cache(1, n))  # warm-up
+        out["prefill_ms"][str(n)] = 1000 * timed(lambda: gpt2.step(ids, gpt2.empty_cache(1, n)), reps)
     out["ttft_ms"] = out["prefill_ms"][str(prefill[0])]
     runs = [(batch, prefill[0], str(batch)) for batch in batches]
     if long_context + new_tokens <= gpt2.config.n_positions:
@@ -90,7 +90,7 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
         ids = rng.integers(0, vocab, (batch, context))
 
         def decode():
-            logits, cache = gpt2.step(ids, gpt2.empty_cache(batch))
+            logits, cache = gpt2.step(ids, gpt2.empty_cache(batch, context + new_tokens))
             start = time.perf_counter()
             for _ in range(new_tokens - 1):
                 logits, cache = gpt2.step(logits.argmax(-1)[:, None], cache)

@@ -93,7 +93,8 @@ def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_token
     last = np.zeros((len(group), 1), dtype=np.int64)  # each row's latest token, fed next
 
     start = time.perf_counter()
-    logits, cache = gpt2.step(ids, gpt2.empty_cache(len(group)))
+    # The cache holds the prompt and every token fed back (the last one is not).
+    logits, cache = gpt2.step(ids, gpt2.empty_cache(len(group), ids.shape[1] + steps - 1))
     prefill = time.perf_counter() - start
     for r in group:
         r.prefill_seconds = prefill

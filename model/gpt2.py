@@ -33,7 +33,7 @@ The graph takes ``ids`` [batch, seq], ``positions`` [k] (the positions whose
 logits to return: the last one when generating, every one for
 ``forward_logits``; step 11's ``positions``) and the cache: the rows this
 call writes (start, end), the cached length as a shape, and 2 * n_layer
-buffers [batch, n_head, n_positions, head_dim] that it writes in place. It
+buffers [batch, n_head, capacity, head_dim] that it writes in place. It
 returns the logits [batch, k, vocab] and, when built with
 ``attention_layer``, that layer's probabilities. One compiled graph
 prefills a prompt of any length and decodes, for the whole process.
@@ -76,15 +76,19 @@ class GPT2:
     eos_token_ids: tuple[int, ...] = ()  # the ids that end generation
     cache: str = "in_place"  # "in_place" (model/kv_cache.py) or "concat" (the course's step 07 way)
 
-    def empty_cache(self, batch: int):
-        """A cache holding nothing, for ``batch`` sequences: in-place buffers
+    def empty_cache(self, batch: int, length: int | None = None):
+        """A cache holding nothing, for ``batch`` sequences of up to ``length``
+        positions (default: the context window): in-place buffers
         (model/kv_cache.py) or, with ``cache="concat"``, n_layer (key, value)
         pairs of length 0 (the course's step 07 way)."""
         from max.experimental.tensor import Tensor
 
         c = self.config
         if self.cache == "in_place":
-            shape = (batch, c.n_head, c.n_positions, c.head_dim)
+            length = c.n_positions if length is None else length
+            if not 0 < length <= c.n_positions:
+                raise ValueError(f"a cache of {length} positions: the context window holds 1-{c.n_positions}")
+            shape = (batch, c.n_head, length, c.head_dim)
             if self.placement.kind == "cpu":  # float32 there; numpy's zero pages cost no eager op
                 return Cache([Tensor.from_dlpack(np.zeros(shape, np.float32)) for _ in range(2 * c.n_layer)])
             return Cache([Tensor.zeros(list(shape), dtype=self.placement.max_dtype(), device=self.placement.max_device())
@@ -104,7 +108,7 @@ class GPT2:
     def forward_logits(self, ids: np.ndarray) -> np.ndarray:
         """Every position's logits, without a cache: [batch, seq, vocab]."""
         ids = np.asarray(ids, dtype=np.int64)
-        out, _ = self._run(ids, range(ids.shape[1]), self.empty_cache(len(ids)))
+        out, _ = self._run(ids, range(ids.shape[1]), self.empty_cache(*ids.shape))
         return self._host(out[0])
 
     def attention(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -114,7 +118,7 @@ class GPT2:
         if self.attention_layer is None:
             raise ValueError("this model was built without attention_layer; load_gpt2(..., attention_layer=N)")
         ids = np.asarray(ids, dtype=np.int64)
-        out, _ = self._run(ids, [ids.shape[1] - 1], self.empty_cache(len(ids)))
+        out, _ = self._run(ids, [ids.shape[1] - 1], self.empty_cache(*ids.shape))
         return self._host(out[-1]), self._host(out[0])[:, 0]
 
     def _run(self, ids: np.ndarray, positions, cache) -> tuple[list, object]:
@@ -130,8 +134,9 @@ class GPT2:
         if cache.spent:
             raise ValueError("this cache was already passed to step(); pass the cache step() returned")
         past, end = cache.length, cache.length + ids.shape[1]
-        if end > self.config.n_positions:
-            raise ValueError(f"{end} positions do not fit the context window of {self.config.n_positions}")
+        if end > cache.capacity:
+            raise ValueError(f"{end} positions do not fit a cache of {cache.capacity} "
+                             f"(empty_cache(batch, length) sizes it; the context window holds {self.config.n_positions})")
         if ids.shape[0] != cache.batch:
             raise ValueError(f"ids have batch {ids.shape[0]}, the cache {cache.batch}")
         # Host scalars: where this call writes; `mark` carries the cached length as a shape.
@@ -292,7 +297,7 @@ def _compile(graph, config, placement: Placement, state: dict, store: saved_grap
         from max.graph import BufferType
 
         host = TensorType(DType.int64, [], device=CPU())  # slice bounds live on the host
-        buffer = BufferType(placement.max_dtype(), ["batch", config.n_head, config.n_positions, config.head_dim],
+        buffer = BufferType(placement.max_dtype(), ["batch", config.n_head, "capacity", config.head_dim],
                             device=device)
         cache_types = [host, host, TensorType(DType.int8, ["past"], device=CPU())] + [buffer] * (2 * config.n_layer)
     else:

@@ -5,8 +5,9 @@ values. Every step ``F.concat``s the cached keys and values with the new ones
 into new tensors, which copies the whole cache for every token. Measured on
 GPT-2 124M (2 cores): a decode step grew by ~29 us per cached token, +26 ms at
 896 tokens of context, more than three times the q4_0 step itself. Here each
-layer's keys and values live in one buffer [batch, n_head, n_positions,
-head_dim], allocated once per generation. The graph stores the new rows at
+layer's keys and values live in one buffer [batch, n_head, capacity,
+head_dim], allocated once per generation and sized for it (prompt plus new
+tokens, at most the context window). The graph stores the new rows at
 [past, past + seq) (``F.buffer_store_slice``) and reads [0, past + seq) back,
 so a step costs what its attention reads, not a copy of the cache.
 
@@ -94,3 +95,8 @@ class Cache:
     @property
     def batch(self) -> int:
         return int(self.buffers[0].shape[0])
+
+    @property
+    def capacity(self) -> int:
+        """How many positions the buffers hold (sized by GPT2.empty_cache)."""
+        return int(self.buffers[0].shape[2])

@@ -39,7 +39,8 @@ class ToyModel:
         self.eos_token_ids = eos_token_ids
         self.calls = []
 
-    def empty_cache(self, batch):
+    def empty_cache(self, batch, length=None):
+        self.capacity = length
         return [0] * batch
 
     def step(self, ids, cache):
@@ -59,6 +60,7 @@ def test_greedy_prefills_once_then_one_token_per_step():
     [r] = generate(model, ["abc"], 5, GREEDY)
     assert r.text == "defgh" and r.stop_reason == "length"
     assert model.calls == [(1, 3)] + [(1, 1)] * 4
+    assert model.capacity == 3 + 4  # the cache is sized for what is fed: the prompt and 4 tokens
 
 
 def test_eos_stops_and_is_not_shown():

@@ -60,3 +60,16 @@ def test_the_in_place_block_is_the_courses_attention(both):
     from solutions.solution_07 import GPT2MultiHeadAttention
 
     assert issubclass(make(GPT2MultiHeadAttention, causal_mask), GPT2MultiHeadAttention)
+
+
+def test_the_cache_is_sized_per_generation(both):
+    in_place, _, ref = both
+    prompt = ref["prompt"]
+    cache = in_place.empty_cache(1, prompt.shape[1] + 1)
+    assert cache.capacity == prompt.shape[1] + 1 and int(cache.buffers[0].shape[2]) == cache.capacity
+    logits, cache = in_place.step(prompt, cache)
+    logits, cache = in_place.step(logits.argmax(-1)[:, None], cache)  # the last position that fits
+    with pytest.raises(ValueError, match="do not fit a cache of"):
+        in_place.step(logits.argmax(-1)[:, None], cache)
+    with pytest.raises(ValueError, match="context window holds"):
+        in_place.empty_cache(1, in_place.config.n_positions + 1)
