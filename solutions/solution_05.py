@@ -23,6 +23,8 @@ Useful MAX calls
     ``F.gather(table, ids, axis=0)``; ``random.normal([rows, cols])`` from
     ``max.experimental.random`` for the initial table.
 
+Coming from PyTorch? docs/pytorch-to-max.md#parameters, docs/pytorch-to-max.md#values-in-and-out
+
 Check your work with ``pixi run s05``.
 """
 

@@ -27,6 +27,8 @@ Useful MAX calls
     ``Tensor.arange(start, stop, dtype=DType.int64, device=self.weight.device)``
     and ``F.gather(table, positions, axis=0)``.
 
+Coming from PyTorch? docs/pytorch-to-max.md#new-tensors-dtype-and-device
+
 Check your work with ``pixi run s06``.
 """
 

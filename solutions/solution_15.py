@@ -33,6 +33,8 @@ How: reuse, do not repeat
     small plain object MAX does not look inside: write ``self.kept.weights``.
     (PyTorch users know the same idea as a forward hook.)
 
+Coming from PyTorch? docs/pytorch-to-max.md#parameters
+
 Check your work with ``pixi run s15``.
 """
 

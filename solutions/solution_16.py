@@ -32,6 +32,8 @@ Useful MAX calls
     ``F.cos``, ``F.sin``, ``F.concat``, ``F.split``; broadcasting
     [seq, d] against [batch, heads, seq, d] works like numpy.
 
+Coming from PyTorch? docs/pytorch-to-max.md#axis-not-dim, docs/pytorch-to-max.md#masking-with--inf
+
 Check your work with ``pixi run s16``.
 """
 

@@ -34,6 +34,8 @@ Useful MAX calls
     Arange-and-compare works even when the lengths are symbolic dimensions
     inside a compiled graph, which is what the KV cache will need.
 
+Coming from PyTorch? docs/pytorch-to-max.md#masking-with--inf, docs/pytorch-to-max.md#new-tensors-dtype-and-device
+
 Check your work with ``pixi run s02``.
 """
 

@@ -25,6 +25,8 @@ Useful MAX calls
     against ``x``; ``F.sqrt``/``F.rsqrt``; ``Tensor.ones([dim])``/``Tensor.zeros``.
     (``F.layer_norm`` exists; write it from the formula here so you see it.)
 
+Coming from PyTorch? docs/pytorch-to-max.md#parameters, docs/pytorch-to-max.md#new-tensors-dtype-and-device
+
 Check your work with ``pixi run s03``.
 """
 

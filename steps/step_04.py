@@ -35,6 +35,8 @@ Useful MAX calls
     ``F.tanh``,
     ``x * x * x`` or ``x ** 3``, ``math.sqrt`` / ``math.pi`` for the constant.
 
+Coming from PyTorch? docs/pytorch-to-max.md#linear-layers
+
 Check your work with ``pixi run s04``.
 """
 

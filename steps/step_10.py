@@ -24,6 +24,8 @@ The cache
 Useful MAX calls
     ``nn.ModuleList([...])`` holds the blocks (its children are named 0, 1, ...).
 
+Coming from PyTorch? docs/pytorch-to-max.md#loading-weights, docs/pytorch-to-max.md#building-lazily
+
 Check your work with ``pixi run s10``.
 """
 

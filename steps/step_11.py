@@ -27,6 +27,8 @@ Why
     Picking rows by index is a gather, as the embedding of step 05 was; here
     along the sequence axis: ``F.gather(hidden, positions, axis=1)``.
 
+Coming from PyTorch? docs/pytorch-to-max.md#linear-layers, docs/pytorch-to-max.md#eager-and-compiled
+
 Check your work with ``pixi run s11``.
 """
 
