@@ -85,6 +85,7 @@ def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_token
                     rngs: list[np.random.Generator], on_text) -> None:
     tokenizer = gpt2.tokenizer
     eos = set(gpt2.eos_token_ids)  # the checkpoint's (generation_config.json), else the tokenizer's
+    tokens = len(tokenizer)  # rows past it (a padded vocabulary) are never sampled: nothing could decode them
     ids = np.array([r.prompt_tokens for r in group], dtype=np.int64)
     room = gpt2.config.n_positions - ids.shape[1]
     steps = min(max_new_tokens, room + 1)  # the last token needs no position of its own
@@ -105,7 +106,7 @@ def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_token
         for b, r in enumerate(group):
             if not active[b]:
                 continue
-            token = next_token(logits[b], sampling, rngs[b], r.prompt_tokens + r.tokens)
+            token = next_token(logits[b, :tokens], sampling, rngs[b], r.prompt_tokens + r.tokens)
             last[b, 0] = token
             if token in eos:
                 active[b], r.stop_reason = False, "eos"

@@ -19,6 +19,9 @@ class ToyTokenizer:
 
     eos_token_id = 27
 
+    def __len__(self):
+        return 28
+
     def encode(self, text):
         return [26 if c == " " else ord(c) - 97 for c in text]
 
@@ -176,3 +179,17 @@ def test_two_copies_of_a_prompt_get_two_samples():
     first, second = generate(NoisyToyModel(), ["abc", "abc"], 12, sampling, seed=7)
     assert first.tokens != second.tokens
     assert first.tokens == generate(NoisyToyModel(), ["abc"], 12, sampling, seed=7)[0].tokens
+
+
+class PaddedToyModel(ToyModel):
+    """Four padded vocabulary rows past the tokenizer's 28 tokens, scoring highest."""
+
+    def step(self, ids, cache):
+        logits, cache = super().step(ids, cache)
+        return np.concatenate([logits, np.full((len(logits), 4), 50.0)], axis=1), cache
+
+
+def test_padded_vocabulary_rows_are_never_sampled():
+    assert generate(PaddedToyModel(), ["abc"], 5, GREEDY)[0].text == "defgh"
+    sampled = generate(PaddedToyModel(), ["abc"], 30, Sampling(temperature=2.0, top_k=None), seed=1)[0]
+    assert sampled.tokens and max(sampled.tokens) < 28

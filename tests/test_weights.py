@@ -156,7 +156,7 @@ def test_real_gpt2_tokenizer(tmp_path):
 def test_tokenizer_is_checked_after_loading(tmp_path):
     folder = write_checkpoint(tmp_path / "m", SIZES, tokenizer=True)
     message = _error(load_tokenizer, folder, read_config(folder))
-    assert "50257 tokens, expected config.json's vocab_size 64" in message
+    assert "50257 tokens, expected at most config.json's vocab_size 64" in message
     (folder / "vocab.json").unlink()
     assert "no tokenizer files" in _error(load_tokenizer, folder, read_config(folder))
     (folder / "vocab.json").write_text("{}")
@@ -212,3 +212,12 @@ def test_eos_token_ids_from_generation_config_then_config(tmp_path):
     assert read_eos_token_ids(folder) == [3, 50]
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": "x"}))
     assert "eos_token_id" in _error(read_eos_token_ids, folder)
+
+
+def test_a_padded_vocabulary_loads(tmp_path):
+    # nanoGPT's GPT-2 exports: 50304 embedding rows (a multiple of 64), GPT-2's 50257 tokens.
+    sizes = dict(SIZES, vocab_size=50304)
+    folder = write_checkpoint(tmp_path / "m", sizes, tokenizer=True)
+    config = read_config(folder)
+    assert len(load_tokenizer(folder, config)) == 50257 and config.vocab_size == 50304
+    assert load_state(folder, config)["transformer.wte.weight"].shape == (50304, SIZES["n_embd"])

@@ -34,7 +34,10 @@ def _load_tokenizer(folder: Path, vocab_size: int | None):
         first = (str(exc).strip().splitlines() or [""])[0]
         raise WeightsError(f"{folder}: tokenizer files unreadable ({type(exc).__name__}: {first})") from None
     size = len(tokenizer)
-    if size < 2 or (vocab_size is not None and size != vocab_size):
-        want = f"config.json's vocab_size {vocab_size}" if vocab_size is not None else "a real vocabulary"
+    # A model may have more rows than the tokenizer has tokens: nanoGPT pads
+    # GPT-2's 50257 to 50304 (a multiple of 64). Those ids are never sampled
+    # (model/generate.py). Fewer rows than tokens cannot work.
+    if size < 2 or (vocab_size is not None and size > vocab_size):
+        want = f"at most config.json's vocab_size {vocab_size}" if vocab_size is not None else "a real vocabulary"
         raise WeightsError(f"{folder}: the tokenizer has {size} tokens, expected {want}")
     return tokenizer
