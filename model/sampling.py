@@ -50,7 +50,11 @@ def next_token(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator,
     probs = np.exp(scores - scores.max())
     probs /= probs.sum()
     if sampling.top_p < 1.0:
-        order = np.argsort(-probs, kind="stable")
+        # Only tokens with probability left (after top-k, at most k of them)
+        # can be kept: sort those, not the whole vocabulary. Ascending ids +
+        # a stable sort keep the ties' order of a full sort.
+        candidates = np.flatnonzero(probs)
+        order = candidates[np.argsort(-probs[candidates], kind="stable")]
         cumulative = np.cumsum(probs[order])
         keep = cumulative - probs[order] < sampling.top_p  # the first token always stays
         mask = np.zeros_like(probs, dtype=bool)

@@ -193,3 +193,29 @@ def test_padded_vocabulary_rows_are_never_sampled():
     assert generate(PaddedToyModel(), ["abc"], 5, GREEDY)[0].text == "defgh"
     sampled = generate(PaddedToyModel(), ["abc"], 30, Sampling(temperature=2.0, top_k=None), seed=1)[0]
     assert sampled.tokens and max(sampled.tokens) < 28
+
+
+def _full_sort_top_p(logits, sampling, rng):
+    """The earlier top-p: an argsort of the whole vocabulary (the reference)."""
+    scores = np.asarray(logits, dtype=np.float64) / sampling.temperature
+    if sampling.top_k is not None and sampling.top_k < len(scores):
+        scores[scores < np.partition(scores, -sampling.top_k)[-sampling.top_k]] = -np.inf
+    probs = np.exp(scores - scores.max())
+    probs /= probs.sum()
+    order = np.argsort(-probs, kind="stable")
+    cumulative = np.cumsum(probs[order])
+    mask = np.zeros_like(probs, dtype=bool)
+    mask[order[cumulative - probs[order] < sampling.top_p]] = True
+    probs = np.where(mask, probs, 0.0)
+    return int(rng.choice(len(probs), p=probs / probs.sum()))
+
+
+@pytest.mark.parametrize("top_k", [None, 1, 40, 200])
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9])
+def test_top_p_sorts_only_the_candidates_with_the_same_result(top_k, top_p):
+    sampling = Sampling(temperature=0.9, top_k=top_k, top_p=top_p)
+    logits = np.random.default_rng(top_k or 0).standard_normal(5000).astype(np.float32)
+    logits[10:20] = logits[10]  # ties
+    for seed in range(20):
+        assert next_token(logits, sampling, np.random.default_rng(seed)) == \
+            _full_sort_top_p(logits, sampling, np.random.default_rng(seed))
