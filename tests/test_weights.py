@@ -221,3 +221,33 @@ def test_a_padded_vocabulary_loads(tmp_path):
     config = read_config(folder)
     assert len(load_tokenizer(folder, config)) == 50257 and config.vocab_size == 50304
     assert load_state(folder, config)["transformer.wte.weight"].shape == (50304, SIZES["n_embd"])
+
+
+def _write_safetensors(path, arrays: dict[str, tuple[str, np.ndarray]]) -> None:
+    """A safetensors file by hand, so that any dtype name can be written (numpy has no bfloat16)."""
+    header, offset, blobs = {}, 0, []
+    for name, (dtype, array) in arrays.items():
+        data = np.ascontiguousarray(array).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+@pytest.mark.parametrize("dtype", ["F16", "BF16"])
+def test_half_precision_files_load_as_float32(tmp_path, dtype):
+    hf = random_hf_state(SIZES, seed=4)
+    folder = write_checkpoint(tmp_path / "m", SIZES, hf)
+    if dtype == "F16":
+        stored = {n: ("F16", a.astype(np.float16)) for n, a in hf.items()}
+        expected = {n: a.astype(np.float16).astype(np.float32) for n, a in hf.items()}
+    else:  # bfloat16: the top 16 bits of a float32
+        stored = {n: ("BF16", (a.view(np.uint32) >> 16).astype(np.uint16)) for n, a in hf.items()}
+        expected = {n: ((a.view(np.uint32) >> 16) << 16).view(np.float32) for n, a in hf.items()}
+    _write_safetensors(folder / "model.safetensors", stored)
+    state = load_state(folder, read_config(folder))
+    for name, want in expected.items():
+        want = want.T if name.endswith(TRANSPOSED) else want
+        assert state[name].dtype == np.float32
+        np.testing.assert_array_equal(state[name], want)
