@@ -192,9 +192,9 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     state = load_state(folder, config)  # every shape verified before building
     lm = build_lm(kit, config, placement, with_attention=attention_layer is not None, cache=cache)
     if placement.quantization:
-        from model.quantize import quantize_state
+        from model.quantize import saved_quantize_state
 
-        state = quantize_state(lm, state)
+        state = saved_quantize_state(lm, state, folder)
     if placement.kind != "cpu":
         lm.to(placement.max_device())
     name = saved_graphs.graph_name(impl, config, placement, {"attention_layer": attention_layer, "cache": cache})

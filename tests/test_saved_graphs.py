@@ -55,3 +55,22 @@ def test_the_name_follows_everything_that_shapes_the_graph(tmp_path, monkeypatch
     before = saved_graphs.graph_name("solutions", config, cpu, {})
     (tmp_path / "model" / "gpt2.py").write_text("a = 2\n")
     assert saved_graphs.graph_name("solutions", config, cpu, {}) != before
+
+
+def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
+    source, _, ref = reference("trained-bytes")
+    folder = shutil.copytree(source, tmp_path / "ckpt")
+    first = load_gpt2(folder, device="cpu", dtype="q4_0", with_tokenizer=False)
+    [saved] = (tmp_path / "cache" / "quantized").iterdir()
+    assert len(list(saved.glob("*.npy"))) == first.quantized_layers > 0
+    second = load_gpt2(folder, device="cpu", dtype="q4_0", with_tokenizer=False)
+    np.testing.assert_array_equal(second.forward_logits(ref["ids"]), first.forward_logits(ref["ids"]))
+    # A checkpoint file that changed gets its own blocks.
+    weights = folder / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    load_gpt2(folder, device="cpu", dtype="q4_0", with_tokenizer=False)
+    assert len(list((tmp_path / "cache" / "quantized").iterdir())) == 2
