@@ -48,8 +48,10 @@ CACHE = cache_root()
 
 
 def random_checkpoint(size: str) -> Path:
+    """A random checkpoint of a GPT-2 size, with GPT-2's tokenizer files (the
+    memory bench and the GGUF export read them), written once."""
     from solutions.solution_01 import GPT2Config
-    from weights.synthetic import write_checkpoint
+    from weights.synthetic import copy_gpt2_tokenizer, write_checkpoint
 
     folder = CACHE / f"bench-{size}-random"
     if not (folder / "model.safetensors").is_file():
@@ -57,7 +59,9 @@ def random_checkpoint(size: str) -> Path:
         sizes = dict(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd, n_layer=c.n_layer,
                      n_head=c.n_head)
         print(f"writing a random {size} checkpoint to {folder} (once)", file=sys.stderr)
-        write_checkpoint(folder, sizes, seed=0)
+        write_checkpoint(folder, sizes, seed=0, tokenizer=True)
+    elif not (folder / "vocab.json").is_file():  # written by an earlier version without them
+        copy_gpt2_tokenizer(folder)
     return folder
 
 

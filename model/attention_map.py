@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from model.course import course
 from model.device import DEVICES, DeviceError
 from weights import WeightsError, read_config, resolve_model
 
@@ -147,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.prompt.strip():
             raise UsageError("the prompt is empty")
         folder = resolve_model(args.model)
-        heads = check_request(read_config(folder, course().GPT2Config), args.layer, args.head)  # before the slow part
+        heads = check_request(read_config(folder), args.layer, args.head)  # before the slow part
         gpt2 = load_attention_model(folder, args.layer, args.device)
         ids = gpt2.tokenizer.encode(args.prompt)
         if len(ids) > gpt2.config.n_positions:

@@ -120,7 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
 
-    from model.course import course
     from model.generate import ContextError, encode_prompts, generate
     from model.gpt2 import load_gpt2
     from weights import WeightsError, load_tokenizer, read_config, resolve_model
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         # Prompts are checked before the model is built: a usage error costs
         # a second, not a compile.
         folder = resolve_model(args.model)
-        config = read_config(folder, course("solutions").GPT2Config)
+        config = read_config(folder)  # step 01's GPT2Config; imports no MAX
         encode_prompts(load_tokenizer(folder, config), prompts, config)
     except (WeightsError, ContextError) as exc:
         print(f"error: {exc}", file=err)

@@ -230,10 +230,22 @@ def build_lm(kit: Course, config, placement: Placement, with_attention: bool = F
         return kit.GPT2LMHeadModel(config, **layers)
 
 
+def _outputs(lm, logits, attention_layer: int | None, cache: list = ()) -> tuple:
+    """A graph's outputs: the logits (float32), the cache tensors where the
+    cache is not in place, and one layer's attention probabilities, kept by
+    step 15's attention during the call (the other layers' are never
+    materialised)."""
+    from max.dtype import DType
+
+    out = (logits.cast(DType.float32), *cache)
+    if attention_layer is not None:
+        out += (lm.transformer.h[attention_layer].attn.kept.weights,)
+    return out
+
+
 def ConcatGraph(lm, attention_layer: int | None):
     """Step 11's model with the course's cache (step 07's F.concat): flat
     tensors in and out, the cache among them."""
-    from max.dtype import DType
     from max.experimental import nn
 
     class GPT2Graph(nn.Module):
@@ -244,12 +256,7 @@ def ConcatGraph(lm, attention_layer: int | None):
         def forward(self, ids, positions, *past_flat):
             past = list(zip(past_flat[0::2], past_flat[1::2]))
             logits, present = self.lm(ids, past, positions)
-            out = (logits.cast(DType.float32), *(t for kv in present for t in kv))
-            if attention_layer is not None:
-                # Kept by step 15's attention during the call above: one layer's
-                # probabilities leave the graph, the others are never materialised.
-                out += (self.lm.transformer.h[attention_layer].attn.kept.weights,)
-            return out
+            return _outputs(self.lm, logits, attention_layer, [t for kv in present for t in kv])
 
     return GPT2Graph()
 
@@ -259,7 +266,6 @@ def InPlaceGraph(lm, attention_layer: int | None):
     positions, the rows to write (start, end), the cached length as a shape
     (mark), 2 * n_layer buffers in; the logits (and one layer's
     probabilities) out. The buffers are written in place: no cache output."""
-    from max.dtype import DType
     from max.experimental import nn
 
     slots = [block.attn.slot for block in lm.transformer.h]
@@ -270,15 +276,10 @@ def InPlaceGraph(lm, attention_layer: int | None):
             self.lm = lm
 
         def forward(self, ids, positions, start, end, mark, *buffers):
-            past = []
             for i, slot in enumerate(slots):
                 slot.bind(buffers[2 * i], buffers[2 * i + 1], start, end, mark.shape[0])
-                past.append((slot.cached(buffers[2 * i]), slot.cached(buffers[2 * i + 1])))
-            logits, _ = self.lm(ids, past, positions)
-            out = (logits.cast(DType.float32),)
-            if attention_layer is not None:
-                out += (self.lm.transformer.h[attention_layer].attn.kept.weights,)
-            return out
+            logits, _ = self.lm(ids, [slot.cached() for slot in slots], positions)
+            return _outputs(self.lm, logits, attention_layer)
 
     return GPT2InPlaceGraph()
 

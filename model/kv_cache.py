@@ -38,9 +38,10 @@ class Slot:
     def bind(self, keys, values, start, end, past) -> None:
         self.keys, self.values, self.start, self.end, self.past = keys, values, start, end, past
 
-    def cached(self, buffer):
-        """The valid part of a buffer before this call: [:, :, 0:past, :]."""
-        return buffer[:, :, (slice(0, self.start.__tensorvalue__()), self.past), :]
+    def cached(self):
+        """The keys and values held before this call: [:, :, 0:past, :] of each buffer."""
+        rows = (slice(None), slice(None), (slice(0, self.start.__tensorvalue__()), self.past), slice(None))
+        return self.keys[rows], self.values[rows]
 
     def store(self, k, v):
         """Write the new rows k, v [batch, n_head, seq, head_dim] at [past,
