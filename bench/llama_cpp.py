@@ -29,7 +29,7 @@ from pathlib import Path
 from model.saved_graphs import cache_root
 
 VERSION = "0.3.36"  # llama-cpp-python; its vendor/llama.cpp is what is built
-TARGETS = ("llama-bench", "llama-quantize", "llama-completion")
+TARGETS = ("llama-bench", "llama-quantize", "llama-completion", "llama-server")
 PRECISIONS = ("f32", "q8_0", "q4_0")
 
 

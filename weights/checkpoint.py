@@ -102,19 +102,25 @@ def _float32(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
-def read_safetensors_folder(folder: Path) -> dict[str, np.ndarray]:
-    """All tensors of ``model.safetensors`` or of the shards its index names."""
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files of ``folder``: model.safetensors, or the shards its index names."""
+    folder = Path(folder)
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise WeightsError(f"{index}: not a safetensors index ({exc})") from None
-        tensors: dict[str, np.ndarray] = {}
-        for shard in sorted(set(weight_map.values())):
-            tensors.update(read_safetensors(folder / shard))
-        return tensors
-    return read_safetensors(folder / "model.safetensors")
+        return [folder / shard for shard in sorted(set(weight_map.values()))]
+    return [folder / "model.safetensors"]
+
+
+def read_safetensors_folder(folder: Path) -> dict[str, np.ndarray]:
+    """All tensors of ``model.safetensors`` or of the shards its index names."""
+    tensors: dict[str, np.ndarray] = {}
+    for path in weight_files(folder):
+        tensors.update(read_safetensors(path))
+    return tensors
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:

@@ -22,13 +22,21 @@ HUB_FILES = [
 ]
 
 
+# The bundled demo (tests/reference/make_demo.py): a small GPT-2 trained on the
+# King James Bible, so the app writes English with no network.
+DEMO = Path(__file__).resolve().parent / "demo"
+
+
 def resolve_model(model: str) -> Path:
     """A local folder with config.json and safetensors weights for ``model``.
 
     ``model`` is a folder, or a Hugging Face model id fetched through the
     standard cache (``HF_HOME``), so a second run, and ``HF_HUB_OFFLINE=1``,
     need no network. A download shows huggingface_hub's progress bars.
+    ``demo`` is the bundled demo model.
     """
+    if model == "demo" and not Path(model).is_dir():
+        return check_folder(DEMO)
     path = Path(model).expanduser()
     if path.is_dir():
         return check_folder(path)
@@ -68,7 +76,8 @@ def _download(repo_id: str) -> Path:
     except LocalEntryNotFoundError:
         raise WeightsError(
             f"{repo_id}: not in the Hugging Face cache and the hub cannot be reached "
-            "(connect once to download it, or pass a local folder with --model)"
+            "(connect once to download it, pass a local folder with --model, "
+            "or try the bundled one with --model demo)"
         ) from None
     except (HfHubHTTPError, OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

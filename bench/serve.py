@@ -1,0 +1,203 @@
+"""Serving throughput: this project's `python -m serve` against llama.cpp's llama-server.
+
+    python -m bench.serve                          # the bench's random 124M checkpoint
+    python -m bench.serve --model demo --concurrency 1,8
+
+Both servers get the same checkpoint (llama.cpp: the float32 GGUF that
+bench/gguf_export.py writes from it), the same threads (all cores), and the
+same request mix: prompts of mixed lengths, a fixed number of new tokens each,
+temperature 0, streamed (so the time to first token is seen as a client sees
+it). For each concurrency (clients sending back to back) it reports
+requests/s, output tokens/s and time to first token p50/p99, and the ratio of
+output tokens/s (ours / llama-server: > 1 means we are faster). One run each:
+compare ratios, not absolute figures, on a noisy machine.
+
+Output tokens are what each server says it produced (``usage`` in the last
+streamed chunk) when it says so, else the streamed text re-tokenized.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT_TOKENS = (16, 64, 128, 256)  # the mix, cycled over the requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prompts(tokenizer, count: int, seed: int = 0) -> list[str]:
+    """``count`` prompts of PROMPT_TOKENS lengths, from fixed random ids."""
+    rng = np.random.default_rng(seed)
+    return [tokenizer.decode(rng.integers(256, 50000, PROMPT_TOKENS[i % len(PROMPT_TOKENS)]).tolist())
+            for i in range(count)]
+
+
+def one_request(base: str, model: str, prompt: str, max_tokens: int, tokenizer) -> dict:
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                       "stream": True, "stream_options": {"include_usage": True}}).encode()
+    request = urllib.request.Request(base + "/v1/completions", data=body, headers={"content-type": "application/json"})
+    start = time.perf_counter()
+    first, text, usage = None, [], None
+    with urllib.request.urlopen(request, timeout=600) as response:
+        for raw in response:
+            line = raw.decode("utf-8", errors="replace").strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if chunk.get("usage"):
+                usage = chunk["usage"].get("completion_tokens")
+            for choice in chunk.get("choices") or []:
+                if choice.get("text"):
+                    first = first or time.perf_counter()
+                    text.append(choice["text"])
+    end = time.perf_counter()
+    tokens = usage if usage else len(tokenizer("".join(text))["input_ids"])
+    return {"ttft": (first or end) - start, "tokens": tokens, "seconds": end - start}
+
+
+def run_load(base: str, model: str, texts: list[str], max_tokens: int, concurrency: int, tokenizer) -> dict:
+    one_request(base, model, texts[0], 4, tokenizer)  # warm: first-request costs are not throughput
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(lambda t: one_request(base, model, t, max_tokens, tokenizer), texts))
+    wall = time.perf_counter() - start
+    ttft = sorted(r["ttft"] for r in results)
+    return {
+        "concurrency": concurrency, "requests": len(results), "wall_s": round(wall, 2),
+        "requests_per_s": round(len(results) / wall, 3),
+        "output_tokens_per_s": round(sum(r["tokens"] for r in results) / wall, 1),
+        "ttft_p50_ms": round(1000 * statistics.median(ttft), 1),
+        "ttft_p99_ms": round(1000 * ttft[min(len(ttft) - 1, int(0.99 * len(ttft)))], 1),
+    }
+
+
+def wait_ready(base: str, process: subprocess.Popen, timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if process.poll() is not None:
+            raise SystemExit(f"bench.serve: {what} exited ({process.returncode}) before it was ready")
+        try:
+            with urllib.request.urlopen(base + "/v1/models", timeout=2) as r:
+                if r.status == 200:
+                    return time.monotonic() - start
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            time.sleep(1)
+    raise SystemExit(f"bench.serve: {what} not ready after {timeout:.0f} s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def measure(name: str, command: list[str], model: str, texts, max_tokens, levels, tokenizer, log: Path) -> list[dict]:
+    port = free_port()
+    command = [part.replace("{port}", str(port)) for part in command]
+    base = f"http://127.0.0.1:{port}"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        ready = wait_ready(base, process, 1800, name)
+        print(f"{name}: ready in {ready:.0f} s (log: {log})", file=sys.stderr)
+        rows = []
+        for c in levels:
+            n = max(16, 2 * c)
+            row = {"server": name, **run_load(base, model, (texts * ((n // len(texts)) + 1))[:n], max_tokens, c,
+                                              tokenizer)}
+            print(json.dumps(row), file=sys.stderr)
+            rows.append(row)
+        return rows
+    finally:
+        stop(process)
+
+
+def table(ours: list[dict], llama: list[dict] | None) -> str:
+    lines = ["| concurrency | server | requests/s | output tokens/s | TTFT p50 (ms) | TTFT p99 (ms) | tokens/s vs llama-server |",
+             "|---|---|---|---|---|---|---|"]
+    by_c = {r["concurrency"]: r for r in llama or []}
+    for r in ours:
+        other = by_c.get(r["concurrency"])
+        ratio = f"{r['output_tokens_per_s'] / other['output_tokens_per_s']:.2f}x" if other else "n/a"
+        for row, label in ((r, "MAX serve (this project)"), (other, "llama-server")):
+            if row:
+                lines.append(f"| {r['concurrency']} | {label} | {row['requests_per_s']} | {row['output_tokens_per_s']} | "
+                             f"{row['ttft_p50_ms']} | {row['ttft_p99_ms']} | {ratio if row is r else ''} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__.split("\n\n")[0],
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="checkpoint folder or `demo` (default: the bench's random 124M)")
+    p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts (default 1,8,32)")
+    p.add_argument("--max-tokens", type=int, default=64, help="new tokens per request (default 64)")
+    p.add_argument("--llama-cpp", type=Path, default=None, help="llama.cpp bin dir (default: what `pixi run llama-setup` built)")
+    p.add_argument("--no-llama-cpp", action="store_true", help="measure this project's server only")
+    p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
+    args = p.parse_args(argv)
+    levels = [int(c) for c in args.concurrency.split(",")]
+
+    from bench.__main__ import random_checkpoint
+    from bench.llama_cpp import built, gguf_files
+    from model.saved_graphs import cache_root
+    from weights import load_tokenizer, resolve_model
+
+    folder = resolve_model(args.model) if args.model else random_checkpoint("gpt2")
+    tokenizer = load_tokenizer(folder)
+    texts = prompts(tokenizer, len(PROMPT_TOKENS) * 4)
+    window = max(PROMPT_TOKENS) + args.max_tokens + 16
+    logs = cache_root() / "bench-serve"
+    logs.mkdir(parents=True, exist_ok=True)
+    threads = str(os.cpu_count() or 1)
+    batch = str(max(levels))
+
+    ours = measure("max-serve", [sys.executable, "-m", "serve", "--model", str(folder), "--device", "cpu",
+                                 "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window)],
+                   str(folder), texts, args.max_tokens, levels, tokenizer, logs / "max-serve.log")
+    llama = None
+    bin_dir = None if args.no_llama_cpp else (args.llama_cpp or built())
+    if bin_dir is not None and (Path(bin_dir) / "llama-server").is_file():
+        gguf = gguf_files(Path(bin_dir), folder)["f32"]
+        llama = measure("llama-server", [str(Path(bin_dir) / "llama-server"), "-m", str(gguf), "-t", threads,
+                                         "--host", "127.0.0.1", "--port", "{port}", "-np", batch,
+                                         "-c", str(int(batch) * window), "--cont-batching"],
+                        "model", texts, args.max_tokens, levels, tokenizer, logs / "llama-server.log")
+    elif not args.no_llama_cpp:
+        print("bench.serve: no llama-server (run `pixi run llama-setup`); measuring this project only", file=sys.stderr)
+    print(f"\n{folder.name}, float32, {threads} threads, {args.max_tokens} new tokens per request, prompts of "
+          f"{'/'.join(map(str, PROMPT_TOKENS))} tokens\n")
+    print(table(ours, llama))
+    if args.json:
+        args.json.write_text(json.dumps({"ours": ours, "llama_server": llama}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

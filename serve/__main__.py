@@ -1,0 +1,120 @@
+"""Serve GPT-2 with MAX's own serving engine: an OpenAI-compatible HTTP API.
+
+    python -m serve                          # gpt2 from the Hugging Face cache, on localhost:8000
+    python -m serve --model demo             # the bundled demo, no network needed
+    python -m serve --model ./my-gpt2 --port 8080 --max-batch-size 16
+
+This runs ``max serve`` with this project's GPT-2 architecture (serve/arch.py,
+registered through ``--custom-architectures``) and the flags this model needs.
+It serves ``/v1/completions`` (with streaming), ``/v1/models`` and
+``/health``; GPT-2 has no chat template, so ``/v1/chat/completions`` is
+refused by the engine. Ctrl-C or SIGTERM stops it.
+
+Anything after ``--`` goes to ``max serve`` unchanged (``max serve --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m serve", description=__doc__.split("\n\n")[0],
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="gpt2",
+                   help="Hugging Face id, a local checkpoint folder, or `demo` (the bundled model); default gpt2")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
+                   help="auto: a GPU when one is visible, else the CPU")
+    p.add_argument("--max-batch-size", type=int, default=8,
+                   help="sequences decoded together (continuous batching); the KV cache is sized for "
+                        "this many full windows (default 8). Changing it recompiles the graph once.")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="prompt + completion tokens per request (default: the model's n_positions)")
+    p.add_argument("--dry-run", action="store_true", help="print the max serve command and exit")
+    return p
+
+
+def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The ``max serve`` command line and environment for ``args``."""
+    from weights import read_config, resolve_model
+    from weights.checkpoint import weight_files
+
+    folder = resolve_model(args.model)
+    config = read_config(folder)  # refuses, by name, what this project cannot run as HF does
+    if args.max_length is not None and not 1 <= args.max_length <= config.n_positions:
+        raise SystemExit(f"serve: --max-length must be 1..{config.n_positions} (this model's n_positions)")
+    device = args.device
+    if device == "auto":
+        from model.device import accelerator_count
+
+        device = "gpu" if accelerator_count() else "cpu"
+    max_bin = shutil.which("max", path=str(Path(sys.executable).parent)) or shutil.which("max")
+    if max_bin is None:
+        raise SystemExit("serve: no `max` command; install the project (pip install -e .) to get MAX's CLI")
+    command = [
+        max_bin, "serve",
+        "--model-path", str(folder),
+        # Clients name the model as the user did: "demo", "gpt2", a folder.
+        "--served-model-name", args.model,
+        # Our loader reads the weights (float32, float16 or bfloat16 files);
+        # naming the files stops the engine looking for ones of its encoding.
+        "--weight-path", *[str(f) for f in weight_files(folder)],
+        "--custom-architectures", f"{ROOT}:serve",
+        "--devices", device,
+        "--quantization-encoding", "bfloat16" if device == "gpu" else "float32",
+        "--max-batch-size", str(args.max_batch_size),
+        "--max-length", str(args.max_length or config.n_positions),
+        "--host", args.host, "--port", str(args.port),
+        *args.passthrough,
+    ]
+    env = dict(os.environ, MAX_SERVE_DISABLE_TELEMETRY="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    if Path(args.model).expanduser().is_dir() or args.model == "demo":
+        env["HF_HUB_OFFLINE"] = "1"  # a local folder needs no hub, and must not wait for one
+    return command, env
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    passthrough: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, passthrough = argv[:at], argv[at + 1:]
+    args = build_parser().parse_args(argv)
+    args.passthrough = passthrough
+    from weights import WeightsError
+
+    try:
+        command, env = serve_command(args)
+    except WeightsError as exc:
+        print(f"serve: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(" ".join(command))
+        return 0
+    print(f"serve: starting MAX's server for {args.model} on http://{args.host}:{args.port}/v1 "
+          "(the first start compiles the graph: minutes on a small CPU; later starts reuse it)", flush=True)
+    # Own process group, so one signal stops the API server and its model worker.
+    process = subprocess.Popen(command, env=env, start_new_session=True)
+
+    def forward(signum, _frame):
+        os.killpg(process.pid, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return process.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""GPT-2 registered with MAX's serving engine (``max serve --custom-architectures``).
+
+The name must equal config.json's ``architectures[0]``: every GPT-2
+checkpoint Hugging Face writes says ``GPT2LMHeadModel``. The engine's flags
+that this model needs are declared here, not left to the command line.
+"""
+
+from max.graph.weights import WeightsFormat
+from max.pipelines.context import TextContext
+from max.pipelines.kv_cache.memory_planner import PagedMemoryPlanner
+from max.pipelines.lib import SupportedArchitecture, TextTokenizer
+from max.pipelines.modeling.types import PipelineTask
+
+from serve.model import GPT2PipelineModel
+from serve.model_config import GPT2ServeConfig
+
+gpt2_arch = SupportedArchitecture(
+    name="GPT2LMHeadModel",
+    task=PipelineTask.TEXT_GENERATION,
+    example_repo_ids=["openai-community/gpt2", "openai-community/gpt2-medium", "distilbert/distilgpt2"],
+    default_encoding=GPT2ServeConfig.DEFAULT_ENCODING,
+    supported_encodings=GPT2ServeConfig.SUPPORTED_ENCODINGS,
+    pipeline_model=GPT2PipelineModel,
+    tokenizer=TextTokenizer,
+    context_type=TextContext,
+    default_weights_format=WeightsFormat.safetensors,
+    multi_gpu_supported=False,
+    # Weights are read by weights/ (GPT2PipelineModel._load_state_dict).
+    weight_adapters={},
+    config=GPT2ServeConfig,
+    memory_planner=PagedMemoryPlanner,
+    # Both need a GPU; the CPU path (and this model) runs without them.
+    supports_overlap_scheduler=False,
+    supports_device_graph_capture=False,
+)

@@ -1,0 +1,62 @@
+"""The pipeline model: how the engine builds, compiles and calls GPT-2.
+
+Laid out like MAX's in-tree ModuleV3 models (llama3_modulev3): the engine's
+``ModuleV3PipelineModelWithKVCache`` builds the module under ``F.lazy()``,
+compiles it once for symbolic batch and length, and calls it every step with
+a ragged batch and the paged cache; the ragged batching is Llama 3's, reused
+as it is (tokens, row offsets, logits count, cache inputs).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from max import tree
+from max.experimental.tensor import Tensor
+from max.nn.kv_cache import KVCacheInputsPerDevice
+from max.pipelines.architectures.llama3_modulev3.batch_processor import Llama3ModuleV3BatchProcessor
+from max.pipelines.context import TextContext
+from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
+
+from serve.model_config import GPT2ServeConfig
+from serve.network import GPT2Ragged
+from serve.weight_adapters import gpt2_state
+
+
+class GPT2EngineModule(GPT2Ragged):
+    """GPT2Ragged with the engine's calling convention: the cache arrives as
+    a flat list of graph inputs, unflattened here (as Llama 3's top module
+    does); same parameter names, so the same weights."""
+
+    def __init__(self, config: GPT2ServeConfig) -> None:
+        super().__init__(config.gpt2, config.kv_params)
+        self.engine_kv_params = config.kv_params
+
+    def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
+                *kv_inputs: Tensor) -> ModuleV3Outputs:
+        del return_n_logits  # only each sequence's last logits are returned (ReturnLogits.LAST_TOKEN)
+        values = self.engine_kv_params.unflatten_kv_inputs(iter(x._graph_value for x in kv_inputs))
+        kv = tree.leaves(values, leaf=KVCacheInputsPerDevice)[0]
+        return ModuleV3Outputs(next_token_logits=super().forward(tokens, kv, input_row_offsets))
+
+
+class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
+    """GPT-2 for ``max serve``: float32 on the CPU, bfloat16 on a GPU."""
+
+    model_config_cls: ClassVar[type[Any]] = GPT2ServeConfig
+    batch_processor_cls: ClassVar[type[Llama3ModuleV3BatchProcessor]] = Llama3ModuleV3BatchProcessor
+
+    def _load_state_dict(self) -> dict[str, Any]:
+        # Read through weights/ (see weight_adapters.py), not the engine's
+        # generic safetensors reader: one mapping for the app and the server.
+        self._serve_config = GPT2ServeConfig.initialize(self.pipeline_config, max_seq_len=self.max_seq_len)
+        c = self._serve_config
+        return gpt2_state(c.folder, c.gpt2, c.dtype)
+
+    def _create_model_config(self, state_dict: dict[str, Any]) -> GPT2ServeConfig:
+        return self._serve_config
+
+    def _instantiate_module(self, model_config: GPT2ServeConfig) -> GPT2EngineModule:
+        module = GPT2EngineModule(model_config)
+        module.to(self.devices[0])
+        return module

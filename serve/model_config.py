@@ -1,0 +1,90 @@
+"""What the engine needs to know about a GPT-2 checkpoint to serve it.
+
+The engine reads config.json with transformers' GPT2Config (whose
+``attribute_map`` answers ``hidden_size``, ``num_attention_heads``,
+``num_hidden_layers`` and ``max_position_embeddings``); the network itself is
+built from step 01's GPT2Config, read by weights/ with the same refusals as
+``generate`` (a checkpoint this project cannot run as Hugging Face does is
+never served as something else).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from max.dtype import DType
+from max.graph import DeviceRef
+from max.nn.kv_cache import KVCacheParams
+from max.pipelines.kv_cache import cache_dtype_for_encoding
+from max.pipelines.lib import KVCacheConfig, MAXModelConfig, PipelineConfig
+from max.pipelines.lib.config.model_config import _select_quantization_encoding
+from max.pipelines.lib.interfaces.arch_config import ArchConfigWithKVCache, ArchConfigWithStoredKVParams
+from max.pipelines.modeling.config_enums import SupportedEncoding, supported_encoding_dtype
+from transformers import AutoConfig
+from typing_extensions import Self
+
+from weights import read_config, resolve_model
+
+
+@dataclass(kw_only=True)
+class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
+    """The engine's view of one GPT-2 checkpoint."""
+
+    # float32 is what the CPU runs (and what the app's tests compare against
+    # Hugging Face in); bfloat16 halves a GPU's weight reads.
+    DEFAULT_ENCODING: ClassVar[SupportedEncoding] = "float32"
+    SUPPORTED_ENCODINGS: ClassVar[set[SupportedEncoding]] = {"float32", "bfloat16"}
+
+    gpt2: object  # step 01's GPT2Config, from weights.read_config
+    folder: Path
+    dtype: DType
+    max_seq_len: int
+    kv_params: KVCacheParams
+    devices: list[DeviceRef]
+
+    @classmethod
+    def construct_kv_params(cls, huggingface_config: AutoConfig, pipeline_config: PipelineConfig,
+                            devices: list[DeviceRef], kv_cache_config: KVCacheConfig, cache_dtype: DType,
+                            **_) -> KVCacheParams:
+        # GPT-2 has one key/value head per query head (no grouped-query
+        # attention), so transformers' GPT2Config has no num_key_value_heads.
+        return kv_cache_config.to_params(
+            dtype=cache_dtype,
+            n_kv_heads=huggingface_config.n_head,
+            head_dim=huggingface_config.n_embd // huggingface_config.n_head,
+            num_layers=huggingface_config.n_layer,
+            devices=devices,
+            data_parallel_degree=pipeline_config.model.data_parallel_degree,
+        )
+
+    @classmethod
+    def initialize(cls, pipeline_config: PipelineConfig, model_config: MAXModelConfig | None = None, *,
+                   max_seq_len: int) -> Self:
+        model_config = model_config or pipeline_config.model
+        hf = model_config.huggingface_config
+        folder = resolve_model(str(model_config.model_path))
+        encoding = _select_quantization_encoding(model_config, cls.DEFAULT_ENCODING)
+        devices = [DeviceRef(spec.device_type, spec.id) for spec in model_config.device_specs]
+        return cls(
+            gpt2=read_config(folder),
+            folder=folder,
+            dtype=supported_encoding_dtype(encoding),
+            max_seq_len=max_seq_len,
+            kv_params=cls.construct_kv_params(
+                hf, pipeline_config, devices, model_config.kv_cache,
+                cache_dtype_for_encoding(encoding, model_config.kv_cache.kv_cache_format)),
+            devices=devices,
+        )
+
+    @classmethod
+    def calculate_max_seq_len(cls, huggingface_config: AutoConfig, model_config: MAXModelConfig) -> int:
+        """``--max-length`` if given (at most n_positions: wpe has no more
+        rows), else the checkpoint's whole window."""
+        window = huggingface_config.n_positions
+        wanted = model_config.max_length
+        if wanted is not None and wanted > window:
+            raise ValueError(f"--max-length {wanted} exceeds this GPT-2's n_positions ({window}): "
+                             "its position table has no rows past that")
+        return wanted or window

@@ -1,0 +1,28 @@
+"""The checkpoint, through the app's own loader.
+
+weights/ already turns a Hugging Face GPT-2 folder into the course model's
+parameters: it reads model.safetensors (or shards; float32, float16 and
+bfloat16 files alike), skips the causal-mask buffers older checkpoints carry,
+transposes the four Conv1D matrices (stored [in, out], nn.Linear wants
+[out, in]), checks every shape against config.json and ties ``lm_head`` to
+``wte``. The served network has the same parameter names, so serving loads
+exactly what ``generate`` loads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from max.dtype import DType
+from max.graph.weights import WeightData
+
+from weights import load_state
+
+
+def gpt2_state(folder: Path, config, dtype: DType) -> dict[str, WeightData]:
+    """{parameter name: WeightData} in ``dtype`` (bfloat16 on a GPU)."""
+    state = {}
+    for name, array in load_state(folder, config).items():
+        data = WeightData.from_numpy(array, name)
+        state[name] = data if dtype == DType.float32 else data.astype(dtype)
+    return state

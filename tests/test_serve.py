@@ -1,0 +1,234 @@
+"""`python -m serve`: MAX's own server with this project's GPT-2, and a real client.
+
+One server for the module (a start compiles the graph once, ~2 min cold on 2
+cores, then comes from MAX's cache), on 127.0.0.1 and a free port, serving
+the bundled demo checkpoint; OpenAI's Python client talks to it. Tokens
+first: a temperature-0 completion must equal Hugging Face's greedy
+continuation (tests/reference/demo, made by make_demo.py) and the app's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+openai = pytest.importorskip("openai")
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_REFERENCE = ROOT / "tests" / "reference" / "demo" / "reference.npz"
+MODEL = "demo"
+START_TIMEOUT = 900  # a cold start compiles two graphs (model + sampler)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "serve", "--model", MODEL, "--device", "cpu", "--port", str(self.port),
+             "--max-batch-size", "8"],
+            cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.started = time.monotonic()
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-25:])
+
+    def wait_ready(self) -> float:
+        while time.monotonic() - self.started < START_TIMEOUT:
+            if self.process.poll() is not None:
+                pytest.fail(f"the server exited ({self.process.returncode}) before it was ready:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(self.base + "/v1/models", timeout=2) as r:
+                    if r.status == 200:
+                        return time.monotonic() - self.started
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(1)
+        self.stop()
+        pytest.fail(f"the server was not ready after {START_TIMEOUT} s:\n{self.tail()}")
+
+    def alive_in_group(self) -> bool:
+        try:
+            os.killpg(self.process.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def stop(self) -> int | None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        deadline = time.monotonic() + 30
+        while self.alive_in_group() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if self.alive_in_group():
+            os.killpg(self.process.pid, signal.SIGKILL)
+        return self.process.returncode
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("serve") / "server.log")
+    seconds = srv.wait_ready()
+    print(f"\nserver ready in {seconds:.0f} s")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with np.load(DEMO_REFERENCE) as data:
+        return {k: data[k] for k in data.files}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from weights import load_tokenizer, resolve_model
+
+    return load_tokenizer(resolve_model("demo"))
+
+
+def complete(client, prompt, max_tokens, **kw):
+    return client.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens, **kw)
+
+
+def post(server, body: bytes | str, path="/v1/completions") -> tuple[int, dict]:
+    data = body.encode() if isinstance(body, str) else body
+    request = urllib.request.Request(server.base + path, data=data, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def test_models_lists_the_demo(server):
+    with urllib.request.urlopen(server.base + "/v1/models") as r:
+        models = json.loads(r.read())
+    assert [m["id"] for m in models["data"]] == [MODEL]
+    assert models["data"][0]["max_model_len"] == 256
+
+
+def test_greedy_equals_hugging_face(client, reference, tokenizer):
+    """Tokens, not a 200 OK: the served greedy continuation is HF's, token for token."""
+    prompt = tokenizer.decode(reference["prompt"][0])
+    want = [int(t) for t in reference["greedy"][0]]
+    out = complete(client, prompt, len(want), temperature=0)
+    got = tokenizer(out.choices[0].text)["input_ids"]
+    assert got == want, f"served {out.choices[0].text!r}\nHF    {tokenizer.decode(want)!r}"
+    assert out.usage.completion_tokens == len(want)
+
+
+def test_greedy_equals_the_app(client, reference, tokenizer):
+    """... and the app's own `python -m model --temperature 0` on the same checkpoint."""
+    prompt = "In the beginning"
+    app = subprocess.run([sys.executable, "-m", "model", "--model", MODEL, "--device", "cpu", "--temperature", "0",
+                          "--max-new-tokens", "24", "--json", prompt], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert app.returncode == 0, app.stderr[-2000:]
+    app_text = json.loads(app.stdout.strip().splitlines()[-1])["text"]
+    served = complete(client, prompt, 24, temperature=0).choices[0].text
+    assert served == app_text
+
+
+def test_stream_chunks_concatenate_to_the_whole(client):
+    whole = complete(client, "The LORD is my shepherd", 20, temperature=0).choices[0].text
+    chunks = [c.choices[0].text for c in complete(client, "The LORD is my shepherd", 20, temperature=0, stream=True)]
+    assert len(chunks) > 1
+    assert "".join(chunks) == whole
+
+
+def test_concurrent_requests_do_not_mix(client):
+    """Continuous batching: 8 requests at once, each exactly what it gives alone."""
+    prompts = ["And", "And it came to pass", "In the beginning God created the heaven",
+               "Blessed are", "Thus saith the LORD unto Moses, Speak unto the children of Israel",
+               "For God so loved", "And the", "Behold, I send"]
+    lengths = [5, 30, 12, 40, 8, 25, 3, 17]
+    alone = [complete(client, p, n, temperature=0).choices[0].text for p, n in zip(prompts, lengths)]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda pn: complete(client, pn[0], pn[1], temperature=0).choices[0].text,
+                                 zip(prompts, lengths)))
+    assert together == alone
+
+
+def test_seeded_sampling_is_reproducible(client):
+    a = complete(client, "And it came to pass", 20, temperature=1.0, seed=7).choices[0].text
+    b = complete(client, "And it came to pass", 20, temperature=1.0, seed=7).choices[0].text
+    assert a == b
+
+
+@pytest.mark.parametrize("body, names", [
+    ({"model": MODEL, "prompt": "", "max_tokens": 5}, "prompt"),
+    ({"model": MODEL, "prompt": "Hello", "max_tokens": 0}, "max_tokens"),
+    ({"model": MODEL, "prompt": "Hello", "max_tokens": -1}, "max_tokens"),
+    ({"model": MODEL, "prompt": "Hello " * 200, "max_tokens": 100}, "length"),
+    ({"model": "gpt-4", "prompt": "Hello", "max_tokens": 5}, "model"),
+    ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "temperature": -1}, "temperature"),
+    ("{not json", "json"),
+])
+def test_bad_requests_get_a_4xx_that_names_the_problem(server, client, body, names):
+    status, error = post(server, body if isinstance(body, str) else json.dumps(body))
+    assert 400 <= status < 500, (status, error)
+    assert names in json.dumps(error).lower(), error
+    # ...and the server keeps serving.
+    assert complete(client, "And", 3, temperature=0).choices[0].text
+
+
+def test_chat_completions_are_refused_with_a_reason(server):
+    status, error = post(server, json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}),
+                         path="/v1/chat/completions")
+    assert 400 <= status < 500, (status, error)
+
+
+def test_a_client_leaving_mid_stream_does_not_disturb_others(server, client):
+    want = complete(client, "And it came to pass", 30, temperature=0).choices[0].text
+
+    def leave_early():
+        stream = complete(client, "In the beginning", 200, temperature=0, stream=True)
+        for i, _ in enumerate(stream):
+            if i == 3:
+                stream.close()
+                return
+
+    leaver = threading.Thread(target=leave_early)
+    leaver.start()
+    got = complete(client, "And it came to pass", 30, temperature=0).choices[0].text
+    leaver.join(60)
+    assert got == want
+    assert complete(client, "And it came to pass", 30, temperature=0).choices[0].text == want
+
+
+def test_sigterm_stops_it_cleanly(server):
+    """Last in the module: SIGTERM to the server's group ends every process of it."""
+    start = time.monotonic()
+    code = server.stop()
+    assert code is not None and time.monotonic() - start < 60
+    assert not server.alive_in_group(), "a server process outlived SIGTERM"
