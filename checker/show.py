@@ -1,0 +1,306 @@
+"""See what a step does: run it on a small fixed input, beside the solution.
+
+    python -m checker.show 07              # pixi run show 07
+    python -m checker.show 02 --png mask.png
+    python -m checker.show 07 --file my_attention.py
+
+Prints the input and output shapes and dtypes, the first values of your output
+beside the solution's, the largest difference and where it is, and for steps
+with a pattern (the mask, embeddings, attention weights) a small picture of
+the matrix. Exit 0 when your output matches the solution within the checker's
+tolerance, 1 when it differs or your code raises (naming the TODO when it is
+one), 2 for a usage error. ``pixi run sNN`` is still the verdict: it tries
+many inputs and names known mistakes; ``show`` lets you look at one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from checker import maxrun
+from checker.harness import ATOL, RTOL, describe_exception, load_file
+from checker.skeleton import ROOT
+
+SMALL = maxrun.SMALL_CONFIG
+
+
+@dataclass
+class Shown:
+    output: np.ndarray
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    picture: np.ndarray | None = None  # a 2-D matrix worth looking at
+    picture_name: str = ""
+    labels: list[str] | None = None  # names for a short output (step 01)
+
+
+def _x(shape, seed=0) -> np.ndarray:
+    return (0.5 + np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
+
+
+def _ids(seq=5, vocab=SMALL["vocab_size"]) -> np.ndarray:
+    return (np.arange(seq, dtype=np.int64)[None] * 7 + 3) % vocab
+
+
+def _paired(mod, class_name, seed, *args):
+    """``mod.class_name`` built (from its GPT2Config(**SMALL) unless args are
+    given) and loaded with the random weights the solution's would get."""
+    from solutions.solution_01 import GPT2Config
+
+    reference = maxrun.build(_solution_class(class_name), *(args or (GPT2Config(**SMALL),)))
+    weights = maxrun.random_weights(maxrun.parameter_shapes(reference), seed=seed)
+    return maxrun.build(getattr(mod, class_name), *(args or (mod.GPT2Config(**SMALL),)), weights=weights)
+
+
+def _solution_class(name):
+    import importlib
+
+    for step in ("03", "04", "05", "06", "07", "09", "10", "11", "15", "16"):
+        module = importlib.import_module(f"solutions.solution_{step}")
+        if name in vars(module):
+            return vars(module)[name]
+    raise KeyError(name)
+
+
+def show_01(mod) -> Shown:
+    c = mod.GPT2Config()
+    names = ["vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "head_dim", "layer_norm_epsilon"]
+    return Shown(np.array([float(getattr(c, n)) for n in names]), labels=names)
+
+
+def show_02(mod) -> Shown:
+    mask = maxrun.lazily(mod.causal_mask, 4, 2, what="causal_mask(4, past_len=2)")
+    return Shown(mask, {"seq_len": np.array(4), "past_len": np.array(2)}, mask, "mask (0 visible, -inf hidden)")
+
+
+def show_03(mod) -> Shown:
+    w = maxrun.random_weights({"weight": [8], "bias": [8]}, seed=3)
+    x = _x((1, 3, 8), 3)
+    return Shown(maxrun.run(maxrun.build(mod.LayerNorm, 8, weights=w), x), {"x": x})
+
+
+def show_04(mod) -> Shown:
+    x = _x((1, 3, SMALL["n_embd"]), 4)
+    return Shown(maxrun.run(_paired(mod, "GPT2MLP", 40), x), {"x": x})
+
+
+def show_05(mod) -> Shown:
+    w = maxrun.random_weights({"weight": [SMALL["vocab_size"], 8]}, seed=5)
+    ids = _ids(6)
+    out = maxrun.run(maxrun.build(mod.TokenEmbedding, SMALL["vocab_size"], 8, weights=w), ids)
+    return Shown(out, {"ids": ids}, out[0], "one row per id")
+
+
+def show_06(mod) -> Shown:
+    w = maxrun.random_weights({"weight": [SMALL["n_positions"], 8]}, seed=6)
+    module = maxrun.build(mod.PositionEmbedding, SMALL["n_positions"], 8, weights=w)
+    out = maxrun.lazily(module, 5, 2, what="PositionEmbedding(seq_len=5, past_len=2)")
+    return Shown(out, {"seq_len": np.array(5), "past_len": np.array(2)}, out, "rows 2..6 of the table")
+
+
+def _attention_picture(module, x) -> np.ndarray:
+    """Head 0's attention weights, through the module's own methods."""
+    from max.experimental import functional as F
+
+    def weights(t):
+        E = t.shape[-1]
+        q, k, _ = F.split(module.c_attn(t), [E, E, E], axis=-1)
+        from solutions.solution_02 import causal_mask
+
+        seq = t.shape[1]
+        return module.attention_weights(module._split_heads(q), module._split_heads(k),
+                                        causal_mask(seq, 0, dtype=t.dtype, device=t.device))
+
+    return maxrun.lazily(weights, maxrun.tensor(x), what="attention_weights")[0, 0]
+
+
+def show_07(mod) -> Shown:
+    x = _x((1, 5, SMALL["n_embd"]), 7)
+    module = _paired(mod, "GPT2MultiHeadAttention", 7)
+    out = maxrun.run(module, x)[0]
+    return Shown(out, {"x": x}, _attention_picture(module, x), "head 0's attention weights (rows: queries)")
+
+
+def show_08(mod) -> Shown:
+    from solutions.solution_03 import LayerNorm
+
+    norm = maxrun.build(LayerNorm, SMALL["n_embd"], weights=maxrun.random_weights(
+        {"weight": [SMALL["n_embd"]], "bias": [SMALL["n_embd"]]}, seed=8))
+    import solutions.solution_04 as solution_04
+
+    mlp = _paired(solution_04, "GPT2MLP", 80)  # the solution's MLP: only the wiring is yours
+    x = _x((1, 3, SMALL["n_embd"]), 8)
+    out = maxrun.lazily(mod.pre_norm_residual, maxrun.tensor(x), norm, mlp, what="pre_norm_residual")
+    return Shown(out, {"x": x})
+
+
+def show_09(mod) -> Shown:
+    x = _x((1, 5, SMALL["n_embd"]), 9)
+    return Shown(maxrun.run(_paired(mod, "GPT2Block", 9), x)[0], {"x": x})
+
+
+def show_10(mod) -> Shown:
+    ids = _ids()
+    out = maxrun.lazily(_paired(mod, "GPT2Model", 10), maxrun.tensor(ids), None, what="GPT2Model")[0]
+    return Shown(out, {"ids": ids})
+
+
+def show_11(mod) -> Shown:
+    ids = _ids()
+    out = maxrun.lazily(_paired(mod, "GPT2LMHeadModel", 11), maxrun.tensor(ids), None, what="GPT2LMHeadModel")[0]
+    return Shown(out, {"ids": ids}, out[0], "logits: one row per position, one column per token id")
+
+
+def show_12(mod) -> Shown:
+    logits = np.array([2.0, 1.0, 0.5, 0.0, -1.0, 3.0], dtype=np.float32)
+    rng = np.random.default_rng(0)
+    picks = [mod.sample_next_token(logits, 1.0, rng) for _ in range(2000)]
+    freq = np.bincount(picks, minlength=len(logits))[: len(logits)] / len(picks)
+    greedy = mod.generate(lambda ids: np.eye(11, dtype=np.float32)[(ids[-1] * 7 + len(ids)) % 11], [1, 2], 6)
+    out = np.concatenate([[mod.sample_next_token(logits, 0.0, rng)], np.round(freq, 2), greedy]).astype(np.float64)
+    return Shown(out, {"logits": logits},
+                 labels=["greedy pick", *[f"p(token {i}) at T=1" for i in range(len(logits))],
+                         *[f"generate: token {i}" for i in range(len(greedy))]])
+
+
+def show_13(mod) -> Shown:
+    rng = np.random.default_rng(13)
+    Q, K, V = (rng.standard_normal((4, 8)).astype(np.float32) for _ in range(3))
+    return Shown(np.asarray(mod.multi_head_attention(Q, K, V, 2), dtype=np.float32), {"Q": Q, "K": K, "V": V})
+
+
+def show_14(mod) -> Shown:
+    rng = np.random.default_rng(14)
+    w = [(rng.standard_normal((8, 8)) / np.sqrt(8)).astype(np.float32) for _ in range(4)]
+    x = _x((1, 3, 8), 14)
+    out = maxrun.lazily(mod.post_ln_attention_block, *map(maxrun.tensor, (x, *w)), 2, what="post_ln_attention_block")
+    return Shown(out, {"x": x, "w_q": w[0]})
+
+
+def show_15(mod) -> Shown:
+    x = _x((1, 5, SMALL["n_embd"]), 15)
+    module = _paired(mod, "GPT2AttentionWithWeights", 15)
+    probs = maxrun.lazily(module, maxrun.tensor(x), None, None, return_weights=True, what="forward")[3]
+    return Shown(probs, {"x": x}, probs[0, 0], "head 0's attention weights (rows: queries)")
+
+
+def show_16(mod) -> Shown:
+    x = _x((1, 4, 16), 16)
+    positions = np.arange(3, 7, dtype=np.int64)
+    module = _paired(mod, "RotaryCausalSelfAttention", 16, 16, 2)
+    return Shown(maxrun.run(module, x, positions), {"x": x, "positions": positions})
+
+
+SHOWS = {f"{n:02d}": globals()[f"show_{n:02d}"] for n in range(1, 17)}
+
+
+def picture(matrix: np.ndarray, width: int = 8) -> str:
+    """A few rows of a matrix as text: -inf as ' -inf', others to 2 decimals."""
+    rows = []
+    for row in np.asarray(matrix)[:width]:
+        cells = ["  -inf" if np.isneginf(v) else f"{v:6.2f}" for v in row[:width]]
+        rows.append(" ".join(cells) + (" ..." if len(row) > width else ""))
+    return "\n".join("    " + r for r in rows)
+
+
+def first(values: np.ndarray, n: int = 6) -> str:
+    flat = np.asarray(values, dtype=np.float64).ravel()[:n]
+    return "[" + ", ".join("-inf" if np.isneginf(v) else f"{v:.4f}" for v in flat) + (", ...]" if values.size > n else "]")
+
+
+def describe(a: np.ndarray) -> str:
+    return f"shape {list(a.shape)} {a.dtype}"
+
+
+def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
+    if got.shape != want.shape:
+        return False, f"shapes differ: yours {list(got.shape)}, the solution's {list(want.shape)}"
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    same_inf = np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w))  # -inf where -inf belongs: equal
+    bad = np.isnan(g) | np.isnan(w) | ((np.isinf(g) | np.isinf(w)) & ~same_inf)
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same_inf, 0.0, np.where(bad, np.inf, np.abs(g - w)))
+    finite = ~(same_inf | bad)
+    ok = not bad.any() and bool(np.all(diff[finite] <= ATOL + RTOL * np.abs(w[finite])))
+    where = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
+    worst = float(diff[where]) if diff.size else 0.0
+    index = ", ".join(str(int(i)) for i in where)
+    return ok, (f"largest difference {worst:.3g} at [{index}] (yours {g[where]:.5g}, solution {w[where]:.5g})"
+                if diff.size else "empty output")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m checker.show", description=__doc__.split("\n\n")[0],
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("step", help="step number, 01-16")
+    p.add_argument("--file", type=Path, default=None, help="show this file as the step (default: steps/step_NN.py)")
+    p.add_argument("--png", type=Path, default=None, help="also draw the step's matrix to this PNG")
+    args = p.parse_args(argv)
+    step = args.step.zfill(2)
+    if step not in SHOWS:
+        print(f"show: no step {args.step!r}; steps are 01-16", file=sys.stderr)
+        return 2
+    path = args.file or ROOT / "steps" / f"step_{step}.py"
+    if not path.is_file():
+        print(f"show: {path} not found", file=sys.stderr)
+        return 2
+    import importlib
+
+    solution = SHOWS[step](importlib.import_module(f"solutions.solution_{step}"))
+    print(f"Step {step} ({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}) on its fixed input:")
+    for name, value in solution.inputs.items():
+        print(f"  input {name}: {describe(value)}" + (f" = {value.tolist()}" if value.size <= 8 else f"  {first(value)}"))
+    try:
+        with maxrun.interpreter():
+            learner = SHOWS[step](load_file(path, f"show_step_{step}"))
+    except Exception as exc:  # the learner's code raised: say where, as the checker does
+        message, hint = describe_exception(exc, path)
+        print("  your code raised: " + message.strip().replace("\n", "\n    ") + f"\n  hint: {hint}")
+        print(f"  the solution gives: {describe(solution.output)} {first(solution.output)}")
+        return 1
+    got, want = np.asarray(learner.output), np.asarray(solution.output)
+    print(f"  output: yours {describe(got)}, the solution's {describe(want)}")
+    if solution.labels:
+        for i, label in enumerate(solution.labels):
+            mine = got.ravel()[i] if i < got.size else float("nan")
+            print(f"    {label:<24} yours {mine:<12.6g} solution {want.ravel()[i]:.6g}")
+    else:
+        print(f"    yours    {first(got)}\n    solution {first(want)}")
+    ok, summary = compare(got, want)
+    print(f"  {summary}")
+    if solution.picture is not None:
+        print(f"  {solution.picture_name}, yours:")
+        print(picture(learner.picture if learner.picture is not None else got))
+        if args.png:
+            draw(np.asarray(learner.picture), np.asarray(solution.picture), solution.picture_name, args.png)
+            print(f"  wrote {args.png}")
+    elif args.png:
+        print("  (this step has no matrix to draw; --png ignored)")
+    print("  matches the solution" if ok else f"  DIFFERS from the solution (tolerance rtol {RTOL}, atol {ATOL}); "
+          f"run `pixi run s{step}` for the checks and hints")
+    return 0 if ok else 1
+
+
+def draw(mine: np.ndarray, theirs: np.ndarray, title: str, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+    for ax, m, name in zip(axes, (mine, theirs), ("yours", "solution")):
+        shown = np.where(np.isneginf(m), np.nan, m)
+        ax.imshow(shown, cmap="viridis")
+        ax.set_title(f"{name}: {title}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

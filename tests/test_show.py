@@ -1,0 +1,62 @@
+"""`pixi run show NN`: run a step on its small input beside the solution.
+
+For every step 01-16: the solution shows a match (exit 0), the skeleton
+names its TODO (exit 1), and a seeded mistake (the same edits test_mistakes
+uses) shows a difference (exit 1)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import mutate, skeleton_file, solution_path
+from test_mistakes import MISTAKES
+
+from checker import show
+
+# One seeded mistake per step whose effect the step's fixed input shows.
+SHOWN_MISTAKES = {
+    "01": "context of 512", "02": "mask hides the diagonal", "03": "bias forgotten", "04": "ReLU",
+    "05": "ids shifted by one", "06": "positions start at 1", "07": "no causal mask", "08": "post-LN",
+    "09": "no attention residual", "10": "no final layer norm", "11": "head with a bias",
+    "12": "greedy picks the lowest", "13": "numpy: no scale", "14": "post-LN without residual",
+    "15": "weights are the raw scores", "16": "rope on queries only",
+}
+EDITS = {(step, name): edits for step, name, edits, _ in MISTAKES}
+STEPS = sorted(show.SHOWS)
+
+
+def run(capsys, *argv) -> tuple[int, str]:
+    code = show.main(list(argv))
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_solution_matches(step, capsys):
+    code, out = run(capsys, step, "--file", str(solution_path(step)))
+    assert code == 0, out
+    assert "matches the solution" in out and "output: yours shape" in out
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_skeleton_names_its_todo(step, tmp_path, capsys):
+    code, out = run(capsys, step, "--file", str(skeleton_file(step, tmp_path)))
+    assert code == 1, out
+    assert "TODO" in out and "the solution gives" in out
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_seeded_mistake_differs(step, tmp_path, capsys):
+    path = mutate(step, tmp_path, EDITS[(step, SHOWN_MISTAKES[step])])
+    code, out = run(capsys, step, "--file", str(path))
+    assert code == 1, out
+    assert "DIFFERS" in out or "your code raised" in out
+
+
+def test_picture_and_png(tmp_path, capsys):
+    png = tmp_path / "mask.png"
+    code, out = run(capsys, "02", "--file", str(solution_path("02")), "--png", str(png))
+    assert code == 0
+    assert "  -inf" in out and png.stat().st_size > 1000
+
+
+def test_unknown_step_is_a_usage_error(capsys):
+    assert show.main(["17"]) == 2
