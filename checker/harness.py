@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import linecache
+import re
 import sys
 import time
 import traceback
@@ -134,7 +135,34 @@ def describe_exception(exc: BaseException, learner_path: Path) -> tuple[str, str
         if ours and Path(ours[-1].filename).resolve() == learner_path:
             hint = "replace the `raise NotImplementedError(...)` line with your code"
         return f"{where}this part is still a TODO", hint
-    return f"{where}{type(exc).__name__}: {_first_lines(str(exc))}", hint
+    text = str(exc)
+    if "Failed to create op" in text and "Diagnostics:" in text:
+        return f"{where}{type(exc).__name__}: {_graph_op_error(text)}", _shape_hint(text, hint)
+    return f"{where}{type(exc).__name__}: {_first_lines(text)}", hint
+
+
+def _graph_op_error(text: str) -> str:
+    """MAX's "Failed to create op" message, kept whole where it matters: the
+    op, every input's dtype and shape, and the reason after "Diagnostics:"
+    (which comes last, so cutting the message at a few lines loses it)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    op = lines[0]
+    value = re.compile(r"(\w+) = \w*Value\(dtype=(\w+), shape=\[(.*?)\], device=([^)]*)\)")
+    inputs = [f"{m[1]}: {m[2]} [{re.sub(r'Dim\((.*?)\)', r'\1', m[3])}] on {m[4]}"
+              for m in map(value.search, lines) if m]
+    at = next(i for i, line in enumerate(lines) if line.startswith("Diagnostics:"))
+    reason = next((line for line in lines[at + 1:] if not line.startswith("Failed to infer")), "")
+    return "\n".join([op, *("  " + i for i in inputs), "  why: " + reason])
+
+
+def _shape_hint(text: str, default: str) -> str:
+    if "MatmulOp" in text or "matmul" in text.lower():
+        return ("a matmul's shapes disagree: the last axis of the left must equal the second-to-last of the right "
+                "([.., n, k] @ [.., k, m]); for attention scores transpose the keys, q @ k.transpose(-1, -2)")
+    if "shape" in text.lower() or "dimension" in text.lower():
+        return ("MAX checks shapes as it builds each op: the inputs above are what that op got, `why` says which "
+                "dimensions disagree; print(t.shape) before that line to see where they went wrong")
+    return default
 
 
 def _in_steps(filename: str) -> bool:

@@ -26,6 +26,7 @@ MISTAKES = [
     ("02", "finite mask values", [('float("-inf")', "-1.0")], "float('-inf')"),
     ("02", "mask in float64", [("Tensor.full([], float(\"-inf\"), dtype=dtype", "Tensor.full([], float(\"-inf\"), dtype=DType.float64"),
                                ("Tensor.zeros([], dtype=dtype", "Tensor.zeros([], dtype=DType.float64")], "float32"),
+    ("02", "default past_len of 1", [("past_len: DimLike = 0,", "past_len: DimLike = 1,")], "past_len defaults to 0"),
     # step 03: layer norm
     ("03", "variance with Bessel's correction",
      [("var = (centered * centered).mean(axis=-1)",
@@ -57,6 +58,9 @@ MISTAKES = [
     # step 06: position embeddings
     ("06", "positions start at 1",
      [("past_len, past_len + seq_len, dtype", "past_len + 1, past_len + seq_len + 1, dtype")], "not 1"),
+    ("06", "default past_len of 1",
+     [("def forward(self, seq_len: DimLike, past_len: DimLike = 0)", "def forward(self, seq_len: DimLike, past_len: DimLike = 1)")],
+     "past_len defaults to 0"),
     ("06", "offset ignored", [("past_len, past_len + seq_len, dtype", "0, seq_len, dtype")], "add past_len"),
     ("06", "table transposed",
      [("random.normal([n_positions, n_embd])", "random.normal([n_embd, n_positions])")], "[n_positions, n_embd]"),
@@ -110,6 +114,8 @@ MISTAKES = [
      "pass past on"),
     # step 12: generation
     ("12", "temperature multiplied", [("logits.astype(np.float64) / temperature", "logits.astype(np.float64) * temperature")], "you multiplied"),
+    ("12", "softmax adds the max", [("np.exp(scaled - scaled.max())", "np.exp(scaled + scaled.max())")],
+     "subtract the largest logit"),
     ("12", "greedy picks the lowest", [("return int(np.argmax(logits))", "return int(np.argmin(logits))")], "argmax"),
     ("12", "tokens not fed back", [("        ids.append(token)\n", "")], "feed each new token back in"),
     ("12", "eos ignored", [("        if token == eos_token:\n            break\n", "")], "stop right after producing eos_token"),
@@ -174,3 +180,16 @@ def test_seeded_mistake_fails_with_its_hint(step, mistake, edits, expected, tmp_
     assert expected in first.message + " " + first.hint, (
         f"{mistake}: first failure was {first.name!r}: {first.message} / hint: {first.hint}"
     )
+
+
+def test_a_shape_error_keeps_maxs_reason(tmp_path):
+    """MAX puts why an op failed after its "Diagnostics:" line, below the
+    inputs; the report keeps both inputs and that reason, with a shape hint."""
+    path = mutate("07", tmp_path, [("scores = (q @ k.transpose(-1, -2))", "scores = (q @ k)")])
+    failure = next(o for o in check_file("07", path, stop_at_failure=True) if not o.passed)
+    print(failure.message, failure.hint, sep="\n")
+    assert "MatmulOp" in failure.message
+    assert "input_x: float32 [2, 4, 6, 12]" in failure.message and "input_y:" in failure.message
+    assert "why: Matrix multiplication input lhs" in failure.message
+    assert "mutant_07.py:" in failure.message and "q @ k" in failure.message
+    assert "k.transpose(-1, -2)" in failure.hint

@@ -64,6 +64,14 @@ def check_plain(ctx: StepContext) -> None:
         _compare(ctx, seq_len, 0)
 
 
+def check_default(ctx: StepContext) -> None:
+    # Called as the model calls it without a cache: past_len left at its default.
+    got = maxrun.lazily(ctx.learner.causal_mask, 3, what="causal_mask(3)")
+    if got.shape != (3, 3) or not close(got, _mask(ctx, 3, 0)):
+        raise CheckFailed(f"causal_mask(3) (past_len left out) has shape {list(got.shape)} and differs from "
+                          "causal_mask(3, 0)", "past_len defaults to 0: no cached positions")
+
+
 def check_offset(ctx: StepContext) -> None:
     for seq_len, past_len in ((1, 5), (3, 2), (70, 7)):
         _compare(ctx, seq_len, past_len)
@@ -75,4 +83,5 @@ CHECKS = [
     Check("no past: lengths 4, 1, 70", check_plain, "key j is visible to query i iff j <= i"),
     Check("with past positions (KV cache): (1, 5), (3, 2), (70, 7)", check_offset,
           "key j is visible to query i iff j <= past_len + i"),
+    Check("past_len defaults to 0", check_default, "def causal_mask(seq_len, past_len=0, ...)"),
 ]

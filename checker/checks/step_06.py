@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from checker import maxrun
 from checker.harness import Check, CheckFailed, StepContext, compare
 
@@ -53,6 +55,16 @@ def check_broadcast(ctx: StepContext) -> None:
                           "return [seq_len, n_embd]; it broadcasts over the batch")
 
 
+def check_default(ctx: StepContext) -> None:
+    # past_len left at its default, as a call without a cache makes it.
+    weights = maxrun.random_weights({"weight": [POSITIONS, DIM]}, seed=6)
+    learner = maxrun.build(ctx.learner.PositionEmbedding, POSITIONS, DIM, weights=weights)
+    got = maxrun.lazily(learner, 5, what="PositionEmbedding.forward(5)")
+    if got.shape != (5, DIM) or not np.allclose(got, maxrun.lazily(learner, 5, 0, what="forward(5, 0)")):
+        raise CheckFailed("PositionEmbedding.forward(5) (past_len left out) differs from forward(5, past_len=0)",
+                          "past_len defaults to 0: no cached positions")
+
+
 CHECKS = [
     Check("parameter `weight` of shape [n_positions, n_embd]", check_parameters,
           "self.weight = random.normal([n_positions, n_embd])"),
@@ -60,4 +72,5 @@ CHECKS = [
     Check("positions from 0: lengths 1, 7, 70", check_plain, "rows 0 .. seq_len - 1 of the table"),
     Check("positions after a cache: (1, 5), (3, 2), (70, 7), up to the last position", check_offset,
           "rows past_len .. past_len + seq_len - 1"),
+    Check("past_len defaults to 0", check_default, "def forward(self, seq_len, past_len=0)"),
 ]

@@ -56,6 +56,24 @@ def check_sampling(ctx: StepContext) -> None:
         )
 
 
+def check_large_logits(ctx: StepContext) -> None:
+    # Real logits can be large; exp(1000) overflows to inf unless the max is
+    # subtracted first (softmax is unchanged by a shift).
+    logits = np.array([1000.0, 999.0, 990.0], dtype=np.float32)
+    rng = np.random.default_rng(3)
+    with np.errstate(all="ignore"):
+        try:
+            draws = [ctx.learner.sample_next_token(logits, 1.0, rng) for _ in range(2000)]
+        except ValueError as exc:  # rng.choice refuses NaN probabilities
+            raise CheckFailed(f"logits near 1000 broke sampling ({str(exc).splitlines()[0]})",
+                              "subtract the largest logit before exp: exp(x - x.max()) (adding it overflows)") from None
+    freq = np.bincount(draws, minlength=3)[:3] / len(draws)
+    if np.abs(freq - _softmax(logits)).max() > 0.04:
+        raise CheckFailed(f"logits [1000, 999, 990]: frequencies {np.round(freq, 3).tolist()}, expected "
+                          f"{np.round(_softmax(logits), 3).tolist()}",
+                          "subtract the largest logit before exp: exp(x - x.max())")
+
+
 def _toy_next_logits(calls: list):
     """A tiny deterministic 'model': favours (last id * 7 + len) % 11."""
     def next_logits(ids: list[int]) -> np.ndarray:
@@ -127,6 +145,8 @@ CHECKS = [
     Check("temperature 0 is greedy (argmax)", check_greedy, "np.argmax(logits)"),
     Check("temperature 0.5, 1, 2 sample from softmax(logits / T)", check_sampling,
           "p = softmax(logits / temperature); rng.choice(len(p), p=p)"),
+    Check("large logits (near 1000) sample without overflow", check_large_logits,
+          "softmax with the max subtracted: exp(x - x.max())"),
     Check("the loop feeds tokens back, stops at max_new_tokens and eos", check_loop,
           "append each token and call next_logits again"),
     Check("a seed reproduces the same text", check_seed, "use only the rng made from the seed"),
