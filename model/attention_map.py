@@ -31,6 +31,7 @@ EXAMPLES = """examples:
   python -m model.attention_map "The cat sat on the mat because it was tired"
   python -m model.attention_map --layer 5 --head 1 "When Mary and John went to the store, John gave"
   python -m model.attention_map --model ./my-gpt2 --head all --out heads.png "Hello world"
+  python -m model.attention_map --impl steps --model demo "And it came to pass"   # your own attention
 
 Prints the path of the PNG it wrote. Exit status: 0 done, 2 bad input (one line on stderr)."""
 
@@ -39,18 +40,18 @@ class UsageError(Exception):
     pass
 
 
-_LOADED: dict[tuple[str, str, int], object] = {}
+_LOADED: dict[tuple[str, str, int, str], object] = {}
 
 
-def load_attention_model(model: str | Path, layer: int, device: str = "auto"):
+def load_attention_model(model: str | Path, layer: int, device: str = "auto", impl: str = "solutions"):
     """``load_gpt2(model, device, attention_layer=layer)``, once per process
     (the tests and a notebook draw several prompts from one model)."""
     from model.device import choose
     from model.gpt2 import load_gpt2
 
-    key = (str(model), choose(device).kind, layer)
+    key = (str(model), choose(device).kind, layer, impl)
     if key not in _LOADED:
-        _LOADED[key] = load_gpt2(model, device=device, attention_layer=layer)
+        _LOADED[key] = load_gpt2(model, device=device, impl=impl, attention_layer=layer)
     return _LOADED[key]
 
 
@@ -137,6 +138,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="where to write the PNG (default: attention-L<layer>-<head>.png)")
     p.add_argument("--device", default="auto", choices=DEVICES,
                    help="auto takes a GPU when MAX sees one, as generate does (default: auto)")
+    p.add_argument("--impl", default="solutions", choices=("solutions", "steps"),
+                   help="whose attention: the reference solutions, or your own steps/ (01-11 and 15)")
     return p
 
 
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("the prompt is empty")
         folder = resolve_model(args.model)
         heads = check_request(read_config(folder), args.layer, args.head)  # before the slow part
-        gpt2 = load_attention_model(folder, args.layer, args.device)
+        gpt2 = load_attention_model(folder, args.layer, args.device, args.impl)
         ids = gpt2.tokenizer.encode(args.prompt)
         if len(ids) > gpt2.config.n_positions:
             raise UsageError(f"the prompt is {len(ids)} tokens; this model reads at most {gpt2.config.n_positions}")
@@ -158,6 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, WeightsError, DeviceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:
+        from model.cli import unfinished_step
+
+        unfinished = unfinished_step(exc) if args.impl == "steps" else None
+        if unfinished is None:
+            raise
+        print(f"error: {unfinished}", file=sys.stderr)
+        return 1
     print(out)
     return 0
 

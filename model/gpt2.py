@@ -44,6 +44,7 @@ kept to prove both give the same tokens (tests/test_kv_cache.py).
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -306,6 +307,9 @@ def _compile(graph, config, placement: Placement, state: dict, store: saved_grap
         cache_types = [kv] * (2 * config.n_layer)
     weights = {"lm." + name: array for name, array in state.items()}
     start = time.perf_counter()
+    if not store.loaded:  # a minute of silence looks like a hang: say what is happening
+        print("compiling the model graph (about a minute the first time on 2 cores; saved for later runs) ...",
+              file=sys.stderr, flush=True)
     try:
         compiled = graph.compile(ids_type, positions_type, *cache_types,
                                  weights=weights, auto_cast=placement.dtype == "bfloat16", name=store.name,
@@ -314,7 +318,10 @@ def _compile(graph, config, placement: Placement, state: dict, store: saved_grap
         store.discard()
         raise
     store.keep()
-    return compiled, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if not store.loaded:
+        print(f"compiled in {seconds:.1f} s", file=sys.stderr, flush=True)
+    return compiled, seconds
 
 
 def _quantized_that_ran(lm) -> int:

@@ -122,3 +122,38 @@ def test_empty_prompt_and_missing_model(folder, capsys, tmp_path):
 def test_help():
     done = run_python("-m", "model.attention_map", "--help")
     assert done.returncode == 0 and "--layer" in done.stdout and "--head" in done.stdout
+
+
+def test_impl_steps_draws_the_learners_attention(folder, tmp_path):
+    """The payoff: a learner who finished the course draws their own attention.
+    Their steps/ here: every solution, its imports pointed at steps/ (as a
+    learner's own files import each other)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from checker.skeleton import ROOT, SOLUTIONS
+
+    steps = tmp_path / "learner" / "steps"
+    steps.mkdir(parents=True)
+    shutil.copy(ROOT / "steps" / "__init__.py", steps / "__init__.py")
+    for solution in SOLUTIONS.glob("solution_*.py"):
+        text = solution.read_text().replace("solutions.solution_", "steps.step_")
+        (steps / solution.name.replace("solution_", "step_")).write_text(text)
+    out = tmp_path / "mine.png"
+    done = subprocess.run(
+        [sys.executable, "-m", "model.attention_map", "--impl", "steps", "--model", str(folder), "--layer", "1",
+         "--head", "0", "--out", str(out), "Hello world, again"],
+        cwd=steps.parent, capture_output=True, text=True, timeout=900,
+        env=dict(os.environ, PYTHONPATH=f"{steps.parent}{os.pathsep}{ROOT}"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(out) and png_size(out) == (640, 640)
+    assert "note:" not in done.stderr  # no step fell back to solutions/
+
+
+def test_impl_steps_names_an_unfinished_step(folder, tmp_path, capsys):
+    # The repository's steps/ are the skeletons: the first TODO is named.
+    assert main(["--impl", "steps", "--model", str(folder), "--layer", "1", "--out", str(tmp_path / "x.png"),
+                 "Hello"]) == 1
+    assert "steps/step_01.py is not finished" in capsys.readouterr().err

@@ -14,11 +14,14 @@ from model.gpt2 import load_gpt2
 from solutions.solution_01 import GPT2Config
 
 
-def test_second_load_reads_the_saved_graph(tmp_path, monkeypatch):
+def test_second_load_reads_the_saved_graph(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
     folder, _, ref = reference("tiny-2l-4h")
     first = load_gpt2(folder, device="cpu", with_tokenizer=False)
+    compiling = capsys.readouterr().err  # a compile says so first, and how long it took after
+    assert "compiling the model graph (about a minute the first time" in compiling and "compiled in" in compiling
     second = load_gpt2(folder, device="cpu", with_tokenizer=False)
+    assert "compiling" not in capsys.readouterr().err  # a saved graph is not compiled
     assert not first.saved_graph and second.saved_graph
     [saved] = (tmp_path / "graphs").iterdir()  # one folder, no staging left behind
     assert saved.name.startswith("gpt2_") and (saved / "manifest.json").is_file()
