@@ -8,11 +8,12 @@ that this model needs are declared here, not left to the command line.
 from max.graph.weights import WeightsFormat
 from max.pipelines.context import TextContext
 from max.pipelines.kv_cache.memory_planner import PagedMemoryPlanner
-from max.pipelines.lib import SupportedArchitecture, TextTokenizer
+from max.pipelines.lib import SupportedArchitecture
 from max.pipelines.modeling.types import PipelineTask
 
 from serve.model import GPT2PipelineModel
 from serve.model_config import GPT2ServeConfig
+from serve.tokenizer import GPT2ServeTokenizer
 
 gpt2_arch = SupportedArchitecture(
     name="GPT2LMHeadModel",
@@ -21,7 +22,7 @@ gpt2_arch = SupportedArchitecture(
     default_encoding=GPT2ServeConfig.DEFAULT_ENCODING,
     supported_encodings=GPT2ServeConfig.SUPPORTED_ENCODINGS,
     pipeline_model=GPT2PipelineModel,
-    tokenizer=TextTokenizer,
+    tokenizer=GPT2ServeTokenizer,  # names GPT-2's limits in its 400s
     context_type=TextContext,
     default_weights_format=WeightsFormat.safetensors,
     multi_gpu_supported=False,

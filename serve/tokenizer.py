@@ -1,0 +1,33 @@
+"""The engine's tokenizer for GPT-2, refusing what GPT-2 cannot do, in words.
+
+``max serve`` answers a request it refuses with 400 either way, but it only
+passes a reason on to the client for an ``InputError``; any other
+``ValueError`` reaches the client as just "Value error." (the reason goes to
+the server's log). The tokenizer is the architecture's own hook into request
+handling, so the refusals that concern the model are raised here, named:
+an empty prompt, no tokens asked for, and a prompt plus ``max_tokens`` that
+does not fit GPT-2's window (the engine would otherwise cut the completion
+short silently; OpenAI's API refuses it).
+"""
+
+from __future__ import annotations
+
+from max.pipelines.context import TextContext
+from max.pipelines.context.exceptions import InputError
+from max.pipelines.lib import TextTokenizer
+
+
+class GPT2ServeTokenizer(TextTokenizer):
+    async def new_context(self, request) -> TextContext:
+        prompt = request.prompt
+        if prompt is not None and len(prompt) == 0 or (isinstance(prompt, str) and not prompt.strip()):
+            raise InputError("prompt is empty: GPT-2 continues text, so send at least one token of it")
+        wanted = request.sampling_params.max_new_tokens
+        if wanted is not None and wanted < 1:
+            raise InputError(f"max_tokens must be at least 1, was {wanted}")
+        context = await super().new_context(request)
+        used = context.tokens.prompt_length
+        if self.max_length and wanted is not None and used + wanted > self.max_length:
+            raise InputError(f"prompt ({used} tokens) + max_tokens ({wanted}) = {used + wanted} exceeds this "
+                             f"model's context length of {self.max_length} tokens")
+        return context
