@@ -1,6 +1,8 @@
 """``python -m bench.accuracy``: how far each precision's logits and greedy
 text are from Hugging Face's fp32 reference, on the checkpoints in
-tests/reference (made by make_reference.py and make_trained.py).
+tests/reference (made by make_reference.py and make_trained.py) and on the
+bundled demo (weights/demo, made by make_demo.py; its reference data is in
+tests/reference/demo).
 
 Prints, per checkpoint and precision: the largest |logit difference| as a
 fraction of the largest logit, the share of positions whose argmax agrees,
@@ -20,14 +22,15 @@ from pathlib import Path
 import numpy as np
 
 REFERENCE = Path(__file__).resolve().parent.parent / "tests" / "reference"
-CHECKPOINTS = ["trained-bytes", "tiny-2l-4h", "tiny-3l-3h"]
+CHECKPOINTS = ["demo", "trained-bytes", "tiny-2l-4h", "tiny-3l-3h"]
+DEMO = REFERENCE.parent.parent / "weights" / "demo"
 
 
 def measure(name: str, dtype: str) -> dict:
     from model.gpt2 import load_gpt2
 
-    folder = REFERENCE / name
-    with np.load(folder / "reference.npz") as data:
+    folder = DEMO if name == "demo" else REFERENCE / name
+    with np.load(REFERENCE / name / "reference.npz") as data:
         ref = {k: data[k] for k in data.files}
     gpt2 = load_gpt2(folder, device="cpu", dtype=dtype, with_tokenizer=False)
     logits = gpt2.forward_logits(ref["ids"])

@@ -49,12 +49,14 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
                             devices: list[DeviceRef], kv_cache_config: KVCacheConfig, cache_dtype: DType,
                             **_) -> KVCacheParams:
         # GPT-2 has one key/value head per query head (no grouped-query
-        # attention), so transformers' GPT2Config has no num_key_value_heads.
+        # attention), so transformers' GPT2Config has no num_key_value_heads;
+        # the sizes come from step 01's config, as everywhere in the project.
+        gpt2 = read_config(resolve_model(str(pipeline_config.model.model_path)))
         return kv_cache_config.to_params(
             dtype=cache_dtype,
-            n_kv_heads=huggingface_config.n_head,
-            head_dim=huggingface_config.n_embd // huggingface_config.n_head,
-            num_layers=huggingface_config.n_layer,
+            n_kv_heads=gpt2.n_head,
+            head_dim=gpt2.head_dim,
+            num_layers=gpt2.n_layer,
             devices=devices,
             data_parallel_degree=pipeline_config.model.data_parallel_degree,
         )

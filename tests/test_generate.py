@@ -219,3 +219,33 @@ def test_top_p_sorts_only_the_candidates_with_the_same_result(top_k, top_p):
     for seed in range(20):
         assert next_token(logits, sampling, np.random.default_rng(seed)) == \
             _full_sort_top_p(logits, sampling, np.random.default_rng(seed))
+
+
+def test_a_padded_vocabulary_and_bool_buffers_give_hugging_faces_greedy_tokens(tmp_path):
+    """nanoGPT's export shape (50304 rows, GPT-2's 50257 tokens; made by
+    make_reference.py, float16 on disk), as is and with the bool causal-mask
+    buffers older transformers saved: HF's greedy tokens, token for token."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    from checkpoints import reference
+
+    from model.gpt2 import load_gpt2
+    from weights.checkpoint import read_safetensors
+
+    folder, sizes, ref = reference("padded-vocab")
+    with_buffers = tmp_path / "with-buffers"
+    shutil.copytree(folder, with_buffers)
+    n = sizes["n_positions"]
+    state = {k: np.ascontiguousarray(v) for k, v in read_safetensors(folder / "model.safetensors").items()}
+    for i in range(sizes["n_layer"]):
+        state[f"transformer.h.{i}.attn.bias"] = np.tril(np.ones((n, n), bool))[None, None]
+    save_file(state, str(with_buffers / "model.safetensors"), metadata={"format": "pt"})
+    want = ref["greedy"][0].tolist()
+    for path in (folder, with_buffers):
+        gpt2 = load_gpt2(path, device="cpu")
+        assert gpt2.config.vocab_size == 50304 and len(gpt2.tokenizer) == 50257
+        assert np.abs(gpt2.forward_logits(ref["ids"]) - ref["logits"]).max() <= 1e-4
+        [result] = generate(gpt2, [gpt2.tokenizer.decode(ref["prompt"][0])], len(want), Sampling(temperature=0.0))
+        assert result.tokens == want, path.name

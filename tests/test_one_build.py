@@ -1,6 +1,11 @@
 """The app has one model build: ``model.gpt2.load_gpt2``. Read from the
 source, so that a second build path (another compile, a tree patched after
-construction, a string-built import of the course) fails here by name."""
+construction, a string-built import of the course) fails here by name.
+
+The server (serve/) is the one other place a network is built, because MAX's
+serving engine owns that build: it constructs the module where it asks
+(``GPT2PipelineModel._instantiate_module``) and compiles it itself. serve/
+never compiles and never builds the course's GPT2LMHeadModel."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = sorted((ROOT / "model").glob("*.py")) + sorted((ROOT / "bench").glob("*.py"))
+APP = sorted((ROOT / "model").glob("*.py")) + sorted((ROOT / "bench").glob("*.py")) + sorted((ROOT / "serve").glob("*.py"))
 BUILD = ROOT / "model" / "gpt2.py"
 
 
