@@ -79,13 +79,24 @@ def one_request(base: str, model: str, prompt: str, max_tokens: int, tokenizer) 
 
 def run_load(base: str, model: str, texts: list[str], max_tokens: int, concurrency: int, tokenizer) -> dict:
     one_request(base, model, texts[0], 4, tokenizer)  # warm: first-request costs are not throughput
+    def attempt(text: str) -> dict | None:
+        try:
+            return one_request(base, model, text, max_tokens, tokenizer)
+        except urllib.error.HTTPError as exc:  # counted, not fatal: the table says how many failed
+            print(f"bench.serve: a request failed: {exc.code} {exc.read()[:200]!r}", file=sys.stderr)
+            return None
+
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(lambda t: one_request(base, model, t, max_tokens, tokenizer), texts))
+        answered = list(pool.map(attempt, texts))
     wall = time.perf_counter() - start
+    results = [r for r in answered if r is not None]
+    if not results:
+        raise SystemExit("bench.serve: every request failed")
     ttft = sorted(r["ttft"] for r in results)
     return {
-        "concurrency": concurrency, "requests": len(results), "wall_s": round(wall, 2),
+        "concurrency": concurrency, "requests": len(results), "failed": len(answered) - len(results),
+        "wall_s": round(wall, 2),
         "requests_per_s": round(len(results) / wall, 3),
         "output_tokens_per_s": round(sum(r["tokens"] for r in results) / wall, 1),
         "ttft_p50_ms": round(1000 * statistics.median(ttft), 1),
@@ -172,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = resolve_model(args.model) if args.model else random_checkpoint("gpt2")
     tokenizer = load_tokenizer(folder)
     texts = prompts(tokenizer, len(PROMPT_TOKENS) * 4)
-    window = max(PROMPT_TOKENS) + args.max_tokens + 16
+    # Random ids may re-tokenize longer than they were drawn: room for twice the longest.
+    window = 2 * max(PROMPT_TOKENS) + args.max_tokens + 16
     logs = cache_root() / "bench-serve"
     logs.mkdir(parents=True, exist_ok=True)
     threads = str(os.cpu_count() or 1)

@@ -74,3 +74,28 @@ def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monk
     assert "max float32" in printed and "max q4_0" in printed  # auto on a CPU: the CPU's precisions
     assert "not measured: q6_k: something broke" in printed
     assert [r["dtype"] for r in json.loads(out.read_text())["ours"]] == ["float32", "q4_0"]
+
+
+def test_serve_bench_table_prints_the_ratio_to_llama_server():
+    from bench.serve import table
+
+    ours = [{"concurrency": 8, "requests_per_s": 2.0, "output_tokens_per_s": 120.0, "ttft_p50_ms": 50.0,
+             "ttft_p99_ms": 90.0}]
+    llama = [{"concurrency": 8, "requests_per_s": 1.0, "output_tokens_per_s": 100.0, "ttft_p50_ms": 40.0,
+              "ttft_p99_ms": 60.0}]
+    text = table(ours, llama)
+    assert "| 8 | MAX serve (this project) | 2.0 | 120.0 | 50.0 | 90.0 | 1.20x |" in text
+    assert "| 8 | llama-server | 1.0 | 100.0 | 40.0 | 60.0 |  |" in text
+    assert "n/a" in table(ours, None)
+
+
+def test_serve_bench_prompts_are_fixed_and_mixed():
+    from bench.serve import PROMPT_TOKENS, prompts
+    from weights import load_tokenizer
+    from weights.resolve import DEMO
+
+    tokenizer = load_tokenizer(DEMO)
+    a, b = prompts(tokenizer, 8), prompts(tokenizer, 8)
+    assert a == b and len(set(a)) == 8
+    lengths = [len(tokenizer(t)["input_ids"]) for t in a[:len(PROMPT_TOKENS)]]
+    assert lengths == sorted(lengths) and lengths[0] >= PROMPT_TOKENS[0]
