@@ -88,6 +88,7 @@ def test_unknown_model_id_offline(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     message = _error(resolve_model, "gpt2")
     assert "gpt2" in message and "not in the Hugging Face cache" in message
+    assert "--model demo" in message  # the bundled model is named as the way on without a network
 
 
 def test_truncated_and_corrupt_safetensors(tmp_path):
