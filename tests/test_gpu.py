@@ -38,3 +38,31 @@ def test_gpu_logits_and_greedy(dtype, tolerance):
         logits, cache = gpt2.step(np.array([[tokens[-1]]]), cache)
     if dtype == "float32":
         assert tokens == ref["greedy"][0].tolist()
+
+
+def test_serve_on_the_gpu_in_bfloat16(tmp_path):
+    """`python -m serve --device gpu`: MAX's engine with this architecture in
+    bfloat16; its greedy text agrees with the app's bfloat16 greedy text for
+    the first tokens (bfloat16 rounding may part them later)."""
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from test_serve import MODEL, Server
+
+    server = Server(tmp_path / "server.log", device="gpu")
+    try:
+        server.wait_ready()
+        body = json.dumps({"model": MODEL, "prompt": "And it came to pass", "max_tokens": 8, "temperature": 0})
+        request = urllib.request.Request(server.base + "/v1/completions", data=body.encode(),
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as r:
+            served = json.loads(r.read())["choices"][0]["text"]
+    finally:
+        server.stop()
+    app = subprocess.run([sys.executable, "-m", "model", "--model", MODEL, "--device", "gpu", "--temperature", "0",
+                          "--max-new-tokens", "8", "--json", "And it came to pass"], capture_output=True, text=True)
+    assert app.returncode == 0, app.stderr[-2000:]
+    app_text = json.loads(app.stdout.strip().splitlines()[-1])["text"]
+    assert served.split()[:3] == app_text.split()[:3], (served, app_text)

@@ -40,12 +40,12 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, device: str = "cpu") -> None:
         self.port = free_port()
         self.log = log
         self.base = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "serve", "--model", MODEL, "--device", "cpu", "--port", str(self.port),
+            [sys.executable, "-m", "serve", "--model", MODEL, "--device", device, "--port", str(self.port),
              "--max-batch-size", "8"],
             cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
         self.started = time.monotonic()
