@@ -78,10 +78,10 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--host", args.host, "--port", str(args.port),
         *args.passthrough,
     ]
-    env = dict(os.environ, MAX_SERVE_DISABLE_TELEMETRY="1",
+    # The engine gets a local folder (resolve_model fetched a hub id already):
+    # it needs no hub, and must not wait for one.
+    env = dict(os.environ, MAX_SERVE_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    if Path(args.model).expanduser().is_dir() or args.model == "demo":
-        env["HF_HUB_OFFLINE"] = "1"  # a local folder needs no hub, and must not wait for one
     return command, env
 
 
