@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 from weights.errors import WeightsError
@@ -25,6 +26,9 @@ def _load_tokenizer(folder: Path, vocab_size: int | None):
             and not (folder / "tokenizer.json").is_file():
         raise WeightsError(f"{folder}: no tokenizer files (vocab.json and merges.txt, or tokenizer.json)")
     try:
+        # Only the tokenizer is used, never torch: transformers' "PyTorch was
+        # not found" advice (5.12) is noise here.
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
         from transformers import GPT2TokenizerFast
 
         # from_pretrained, not GPT2TokenizerFast(vocab_file=...): in transformers

