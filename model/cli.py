@@ -150,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{args.model} ({args.impl}) on {gpt2.placement.kind}, {gpt2.placement.dtype}{quantized}: loaded in "
               f"{time.perf_counter() - start:.1f} s, of which {'loading the saved graph' if gpt2.saved_graph else 'compile'} "
               f"{gpt2.compile_seconds:.1f} s]", file=err)
+        if args.impl == "steps":
+            print("[built from your steps 01-11; the generation loop and the sampler are the app's "
+                  "(model/generate.py: a KV cache and batching around step 12's rules), not your step 12]", file=err)
 
     stream = len(prompts) == 1 and not args.json
     if stream and not args.quiet:

@@ -69,6 +69,7 @@ def test_greedy_prefills_once_then_one_token_per_step():
 def test_eos_stops_and_is_not_shown():
     [r] = generate(ToyModel(eos_after_z=True), ["wx"], 10, GREEDY)
     assert r.text == "yz" and r.stop_reason == "eos"
+    assert r.tokens[-1] == 27  # kept in the tokens, as step 12 and HF's generate keep it
 
 
 def test_the_checkpoints_eos_ids_end_generation():

@@ -40,6 +40,22 @@ def test_weights_in_the_engines_dtype():
                                   np.from_dlpack(f32["transformer.wte.weight"].data))
 
 
+def test_a_float32_checkpoint_reaches_the_engine():
+    """float32 files are memory-mapped read-only; the engine's DLPack import
+    refuses read-only arrays, so the adapter hands it writable ones."""
+    from max.dtype import DType
+    from max.experimental.tensor import Tensor
+
+    from checkpoints import reference
+    from serve.weight_adapters import gpt2_state
+    from weights import read_config
+
+    folder, _, _ = reference("tiny-2l-4h")  # saved by HF in float32
+    state = gpt2_state(folder, read_config(folder), DType.float32)
+    for data in state.values():
+        Tensor.from_dlpack(data)  # what the engine's compile does with every weight
+
+
 def command(*argv: str) -> list[str]:
     args = build_parser().parse_args(list(argv))
     args.passthrough = []
