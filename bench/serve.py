@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llama-cpp", type=Path, default=None, help="llama.cpp bin dir (default: what `pixi run llama-setup` built)")
     p.add_argument("--no-llama-cpp", action="store_true", help="measure this project's server only")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
+    p.add_argument("--serve-flag", action="append", default=[], metavar="FLAG",
+                   help="pass FLAG on to max serve (repeatable), e.g. --serve-flag=--enable-in-flight-batching")
     args = p.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",")]
 
@@ -191,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     batch = str(max(levels))
 
     ours = measure("max-serve", [sys.executable, "-m", "serve", "--model", str(folder), "--device", "cpu",
-                                 "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window)],
+                                 "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window),
+                                 *(["--", *args.serve_flag] if args.serve_flag else [])],
                    str(folder), texts, args.max_tokens, levels, tokenizer, logs / "max-serve.log")
     llama = None
     bin_dir = None if args.no_llama_cpp else (args.llama_cpp or built())

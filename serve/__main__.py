@@ -76,6 +76,10 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--max-batch-size", str(args.max_batch_size),
         "--max-length", str(args.max_length or config.n_positions),
         "--host", args.host, "--port", str(args.port),
+        # New requests' prefill joins the running decode step instead of
+        # waiting for one of its own: measured by bench.serve, +15% output
+        # tokens/s at 32 clients, +6% at 8 (README, Serving).
+        "--enable-in-flight-batching",
         *args.passthrough,
     ]
     # The engine gets a local folder (resolve_model fetched a hub id already):
