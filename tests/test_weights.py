@@ -152,6 +152,33 @@ def test_real_gpt2_tokenizer(tmp_path):
     assert tokenizer.encode("Hello, world!") == [15496, 11, 995, 0]
     assert tokenizer.decode([15496, 11, 995, 0]) == "Hello, world!"
     assert len(tokenizer) == 50257
+    assert tokenizer.eos_token_id == 50256
+
+
+AWKWARD = ["Hello, world!", "  two leading spaces", "tabs\tand\nnewlines\n\n", "naïve café, 東京, emoji 🙂👍🏽",
+           "<|endoftext|>", "a<|endoftext|>b", "It's 3.14159 -- isn't it?", "   ", "trailing space ",
+           "ALL CAPS and MiXeD", "\u200bzero width", "'s 've 're 'll 'd 'm 't", "x" * 300, "1234567890" * 5]
+
+
+def test_tokenizer_agrees_with_transformers(tmp_path):
+    """The app's tokenizer (the tokenizers library, no transformers import)
+    against transformers' GPT2TokenizerFast on the same files: ids and text."""
+    from transformers import GPT2TokenizerFast
+
+    folder = copy_gpt2_tokenizer(tmp_path / "tok")
+    ours, theirs = load_tokenizer(folder), GPT2TokenizerFast.from_pretrained(str(folder))
+    assert len(ours) == len(theirs) and ours.eos_token_id == theirs.eos_token_id
+    for text in AWKWARD:
+        ids = theirs.encode(text)
+        assert ours.encode(text) == ids, text
+        assert ours(text)["input_ids"] == ids
+        assert ours.decode(ids) == theirs.decode(ids), text
+    some = list(range(0, 50257, 997)) + [50256, 198, 220]
+    assert ours.decode(some) == theirs.decode(some)
+    # tokenizer.json, as hub repositories ship it, gives the same
+    theirs.save_pretrained(str(tmp_path / "json"))
+    from_json = load_tokenizer(tmp_path / "json")
+    assert [from_json.encode(t) for t in AWKWARD] == [theirs.encode(t) for t in AWKWARD]
 
 
 def test_tokenizer_is_checked_after_loading(tmp_path):
