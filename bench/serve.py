@@ -44,11 +44,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def prompts(tokenizer, count: int, seed: int = 0) -> list[str]:
-    """``count`` prompts of PROMPT_TOKENS lengths, from fixed random ids."""
+def prompt_lengths(n_positions: int, max_tokens: int) -> tuple[int, ...]:
+    """PROMPT_TOKENS, scaled down for a model whose window cannot hold twice
+    the longest (random ids may re-tokenize longer) plus the new tokens."""
+    room = (n_positions - max_tokens - 16) / (2 * max(PROMPT_TOKENS))
+    if room <= 0:
+        raise SystemExit(f"bench.serve: --max-tokens {max_tokens} leaves no room for a prompt in "
+                         f"this model's {n_positions}-token window")
+    return PROMPT_TOKENS if room >= 1 else tuple(max(4, int(n * room)) for n in PROMPT_TOKENS)
+
+
+def prompts(tokenizer, count: int, seed: int = 0, lengths: tuple[int, ...] = PROMPT_TOKENS) -> list[str]:
+    """``count`` prompts of ``lengths`` tokens in turn, from fixed random ids."""
     rng = np.random.default_rng(seed)
-    return [tokenizer.decode(rng.integers(256, 50000, PROMPT_TOKENS[i % len(PROMPT_TOKENS)]).tolist())
-            for i in range(count)]
+    return [tokenizer.decode(rng.integers(256, 50000, lengths[i % len(lengths)]).tolist()) for i in range(count)]
 
 
 def one_request(base: str, model: str, prompt: str, max_tokens: int, tokenizer) -> dict:
@@ -180,13 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     from bench.__main__ import random_checkpoint
     from bench.llama_cpp import built, gguf_files
     from model.saved_graphs import cache_root
-    from weights import load_tokenizer, resolve_model
+    from weights import load_tokenizer, read_config, resolve_model
 
     folder = resolve_model(args.model) if args.model else random_checkpoint("gpt2")
     tokenizer = load_tokenizer(folder)
-    texts = prompts(tokenizer, len(PROMPT_TOKENS) * 4)
+    n_positions = read_config(folder).n_positions
+    lengths = prompt_lengths(n_positions, args.max_tokens)
+    texts = prompts(tokenizer, len(lengths) * 4, lengths=lengths)
     # Random ids may re-tokenize longer than they were drawn: room for twice the longest.
-    window = 2 * max(PROMPT_TOKENS) + args.max_tokens + 16
+    window = min(n_positions, 2 * max(lengths) + args.max_tokens + 16)
     logs = cache_root() / "bench-serve"
     logs.mkdir(parents=True, exist_ok=True)
     threads = str(os.cpu_count() or 1)
@@ -207,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.no_llama_cpp:
         print("bench.serve: no llama-server (run `pixi run llama-setup`); measuring this project only", file=sys.stderr)
     print(f"\n{folder.name}, float32, {threads} threads, {args.max_tokens} new tokens per request, prompts of "
-          f"{'/'.join(map(str, PROMPT_TOKENS))} tokens\n")
+          f"{'/'.join(map(str, lengths))} tokens\n")
     print(table(ours, llama))
     if args.json:
         args.json.write_text(json.dumps({"ours": ours, "llama_server": llama}, indent=2) + "\n")

@@ -89,6 +89,14 @@ def test_serve_bench_table_prints_the_ratio_to_llama_server():
     assert "n/a" in table(ours, None)
 
 
+def test_serve_bench_fits_its_prompts_to_the_window():
+    from bench.serve import PROMPT_TOKENS, prompt_lengths
+
+    assert prompt_lengths(1024, 64) == PROMPT_TOKENS
+    small = prompt_lengths(256, 64)  # the demo
+    assert all(2 * n + 64 + 16 <= 256 for n in small) and small[0] < small[-1]
+
+
 def test_serve_bench_prompts_are_fixed_and_mixed():
     from bench.serve import PROMPT_TOKENS, prompts
     from weights import load_tokenizer
