@@ -123,6 +123,8 @@ class GPT2Ragged(nn.Module):
     def forward(self, tokens: Tensor, kv: PagedCacheValues, input_row_offsets: Tensor) -> Tensor:
         t = self.transformer
         positions = ragged_positions(input_row_offsets, Tensor.from_graph_value(kv.cache_lengths), tokens.shape[0])
+        # Step 06's table, gathered at each token's own position: its forward
+        # takes one contiguous range, and a ragged step holds one per sequence.
         x = t.wte(tokens) + F.gather(t.wpe.weight, positions, axis=0)
         for block in t.h:
             x = block(x, kv, input_row_offsets)
