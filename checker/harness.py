@@ -235,15 +235,22 @@ def close(actual: np.ndarray, expected: np.ndarray) -> bool:
     )
 
 
-def mismatch(actual: np.ndarray, expected: np.ndarray) -> str:
+def largest_difference(actual: np.ndarray, expected: np.ndarray) -> tuple[float, tuple[int, ...]]:
+    """The largest |actual - expected| (same shapes) and where: equal infinities
+    and both-NaN count as 0, a NaN or infinity against anything else as inf."""
     with np.errstate(invalid="ignore"):
         diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
     diff = np.where(np.isnan(diff) & ~(np.isnan(actual) & np.isnan(expected)), np.inf, diff)
     diff = np.where(np.isnan(diff), 0, diff)  # both NaN: equal
     diff = np.where(np.isinf(actual) & np.isinf(expected) & (np.sign(actual) == np.sign(expected)), 0, diff)
-    index = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    index = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    return float(diff[index]), index
+
+
+def mismatch(actual: np.ndarray, expected: np.ndarray) -> str:
+    worst, index = largest_difference(actual, expected)
     return (
-        f"values differ (largest difference {diff[index]:.3g} at index {list(map(int, index))}: "
+        f"values differ (largest difference {worst:.3g} at index {list(index)}: "
         f"got {actual[index]:.6g}, expected {expected[index]:.6g})"
     )
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from checker import maxrun
-from checker.harness import ATOL, RTOL, describe_exception, load_file
+from checker.harness import ATOL, RTOL, close, describe_exception, largest_difference, load_file
 from checker.skeleton import ROOT
 
 SMALL = maxrun.SMALL_CONFIG
@@ -217,20 +217,15 @@ def describe(a: np.ndarray) -> str:
 
 
 def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
+    """The checker's tolerance (harness.close), and a NaN never matches."""
     if got.shape != want.shape:
         return False, f"shapes differ: yours {list(got.shape)}, the solution's {list(want.shape)}"
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    same_inf = np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w))  # -inf where -inf belongs: equal
-    bad = np.isnan(g) | np.isnan(w) | ((np.isinf(g) | np.isinf(w)) & ~same_inf)
-    with np.errstate(invalid="ignore"):
-        diff = np.where(same_inf, 0.0, np.where(bad, np.inf, np.abs(g - w)))
-    finite = ~(same_inf | bad)
-    ok = not bad.any() and bool(np.all(diff[finite] <= ATOL + RTOL * np.abs(w[finite])))
-    where = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
-    worst = float(diff[where]) if diff.size else 0.0
-    index = ", ".join(str(int(i)) for i in where)
-    return ok, (f"largest difference {worst:.3g} at [{index}] (yours {g[where]:.5g}, solution {w[where]:.5g})"
-                if diff.size else "empty output")
+    if not got.size:
+        return True, "empty output"
+    ok = close(got, want) and not np.isnan(got.astype(np.float64)).any()
+    worst, where = largest_difference(got, want)
+    index = ", ".join(map(str, where))
+    return ok, f"largest difference {worst:.3g} at [{index}] (yours {got[where]:.5g}, solution {want[where]:.5g})"
 
 
 def main(argv: list[str] | None = None) -> int:
