@@ -113,27 +113,50 @@ def run_load(base: str, model: str, texts: list[str], max_tokens: int, concurren
     }
 
 
+class NotReady(RuntimeError):
+    """A server exited, or did not answer, before it was ready."""
+
+
 def wait_ready(base: str, process: subprocess.Popen, timeout: float, what: str) -> float:
+    """Seconds until ``base``/v1/models answers (the OpenAI route both servers have)."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
         if process.poll() is not None:
-            raise SystemExit(f"bench.serve: {what} exited ({process.returncode}) before it was ready")
+            raise NotReady(f"{what} exited ({process.returncode}) before it was ready")
         try:
             with urllib.request.urlopen(base + "/v1/models", timeout=2) as r:
                 if r.status == 200:
                     return time.monotonic() - start
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             time.sleep(1)
-    raise SystemExit(f"bench.serve: {what} not ready after {timeout:.0f} s")
+    raise NotReady(f"{what} not ready after {timeout:.0f} s")
 
 
-def stop(process: subprocess.Popen) -> None:
+def group_alive(process: subprocess.Popen) -> bool:
+    """Whether any process of ``process``'s group (started with start_new_session) is left."""
+    try:
+        os.killpg(process.pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop(process: subprocess.Popen) -> int | None:
+    """SIGTERM to the server's whole group (an API process and its model
+    worker), SIGKILL for what is left after a grace period; its exit code."""
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+    deadline = time.monotonic() + 30
+    while group_alive(process) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if group_alive(process):
+        os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode
 
 
 def measure(name: str, command: list[str], model: str, texts, max_tokens, levels, tokenizer, log: Path) -> list[dict]:
@@ -141,9 +164,15 @@ def measure(name: str, command: list[str], model: str, texts, max_tokens, levels
     command = [part.replace("{port}", str(port)) for part in command]
     base = f"http://127.0.0.1:{port}"
     with open(log, "wb") as out:
-        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # env passed explicitly: once MAX has run, its runtime's C-level
+        # PYTHONPATH would hide the venv's packages from a child.
+        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=dict(os.environ))
     try:
-        ready = wait_ready(base, process, 1800, name)
+        try:
+            ready = wait_ready(base, process, 1800, name)
+        except NotReady as exc:
+            raise SystemExit(f"bench.serve: {exc} (log: {log})") from None
         print(f"{name}: ready in {ready:.0f} s (log: {log})", file=sys.stderr)
         rows = []
         for c in levels:

@@ -45,10 +45,9 @@ def test_serve_on_the_gpu_in_bfloat16(tmp_path):
     bfloat16; its greedy text agrees with the app's bfloat16 greedy text for
     the first tokens (bfloat16 rounding may part them later)."""
     import json
-    import subprocess
-    import sys
     import urllib.request
 
+    from conftest import run_python
     from test_serve import MODEL, Server
 
     server = Server(tmp_path / "server.log", device="gpu")
@@ -61,8 +60,8 @@ def test_serve_on_the_gpu_in_bfloat16(tmp_path):
             served = json.loads(r.read())["choices"][0]["text"]
     finally:
         server.stop()
-    app = subprocess.run([sys.executable, "-m", "model", "--model", MODEL, "--device", "gpu", "--temperature", "0",
-                          "--max-new-tokens", "8", "--json", "And it came to pass"], capture_output=True, text=True)
+    app = run_python("-m", "model", "--model", MODEL, "--device", "gpu", "--temperature", "0",
+                     "--max-new-tokens", "8", "--json", "And it came to pass")
     assert app.returncode == 0, app.stderr[-2000:]
     app_text = json.loads(app.stdout.strip().splitlines()[-1])["text"]
     assert served.split()[:3] == app_text.split()[:3], (served, app_text)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_python
+
+from bench.serve import NotReady, free_port, group_alive, stop, wait_ready
 
 openai = pytest.importorskip("openai")
 
@@ -33,13 +34,9 @@ MODEL = "demo"
 START_TIMEOUT = 900  # a cold start compiles two graphs (model + sampler)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
+    """`python -m serve` with the demo, started and stopped as bench.serve does."""
+
     def __init__(self, log: Path, device: str = "cpu") -> None:
         self.port = free_port()
         self.log = log
@@ -47,46 +44,24 @@ class Server:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "serve", "--model", MODEL, "--device", device, "--port", str(self.port),
              "--max-batch-size", "8"],
-            cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-        self.started = time.monotonic()
+            cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            env=dict(os.environ))  # not MAX's C-level PYTHONPATH (see conftest.run_python)
 
     def tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-25:])
 
     def wait_ready(self) -> float:
-        while time.monotonic() - self.started < START_TIMEOUT:
-            if self.process.poll() is not None:
-                pytest.fail(f"the server exited ({self.process.returncode}) before it was ready:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(self.base + "/v1/models", timeout=2) as r:
-                    if r.status == 200:
-                        return time.monotonic() - self.started
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(1)
-        self.stop()
-        pytest.fail(f"the server was not ready after {START_TIMEOUT} s:\n{self.tail()}")
+        try:
+            return wait_ready(self.base, self.process, START_TIMEOUT, "the server")
+        except NotReady as exc:
+            self.stop()
+            pytest.fail(f"{exc}:\n{self.tail()}")
 
     def alive_in_group(self) -> bool:
-        try:
-            os.killpg(self.process.pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
+        return group_alive(self.process)
 
     def stop(self) -> int | None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        deadline = time.monotonic() + 30
-        while self.alive_in_group() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if self.alive_in_group():
-            os.killpg(self.process.pid, signal.SIGKILL)
-        return self.process.returncode
+        return stop(self.process)
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +125,8 @@ def test_greedy_equals_hugging_face(client, reference, tokenizer):
 def test_greedy_equals_the_app(client, reference, tokenizer):
     """... and the app's own `python -m model --temperature 0` on the same checkpoint."""
     prompt = "In the beginning"
-    app = subprocess.run([sys.executable, "-m", "model", "--model", MODEL, "--device", "cpu", "--temperature", "0",
-                          "--max-new-tokens", "24", "--json", prompt], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
+    app = run_python("-m", "model", "--model", MODEL, "--device", "cpu", "--temperature", "0",
+                     "--max-new-tokens", "24", "--json", prompt)
     assert app.returncode == 0, app.stderr[-2000:]
     app_text = json.loads(app.stdout.strip().splitlines()[-1])["text"]
     served = complete(client, prompt, 24, temperature=0).choices[0].text
