@@ -48,10 +48,16 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
     def construct_kv_params(cls, huggingface_config: AutoConfig, pipeline_config: PipelineConfig,
                             devices: list[DeviceRef], kv_cache_config: KVCacheConfig, cache_dtype: DType,
                             **_) -> KVCacheParams:
+        """The engine's hook (its memory planner calls it before any model exists)."""
+        gpt2 = read_config(resolve_model(str(pipeline_config.model.model_path)))
+        return cls._kv_params(gpt2, pipeline_config, devices, kv_cache_config, cache_dtype)
+
+    @staticmethod
+    def _kv_params(gpt2, pipeline_config: PipelineConfig, devices: list[DeviceRef],
+                   kv_cache_config: KVCacheConfig, cache_dtype: DType) -> KVCacheParams:
         # GPT-2 has one key/value head per query head (no grouped-query
         # attention), so transformers' GPT2Config has no num_key_value_heads;
         # the sizes come from step 01's config, as everywhere in the project.
-        gpt2 = read_config(resolve_model(str(pipeline_config.model.model_path)))
         return kv_cache_config.to_params(
             dtype=cache_dtype,
             n_kv_heads=gpt2.n_head,
@@ -65,18 +71,17 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
     def initialize(cls, pipeline_config: PipelineConfig, model_config: MAXModelConfig | None = None, *,
                    max_seq_len: int) -> Self:
         model_config = model_config or pipeline_config.model
-        hf = model_config.huggingface_config
         folder = resolve_model(str(model_config.model_path))
+        gpt2 = read_config(folder)
         encoding = _select_quantization_encoding(model_config, cls.DEFAULT_ENCODING)
         devices = [DeviceRef(spec.device_type, spec.id) for spec in model_config.device_specs]
+        cache_dtype = cache_dtype_for_encoding(encoding, model_config.kv_cache.kv_cache_format)
         return cls(
-            gpt2=read_config(folder),
+            gpt2=gpt2,
             folder=folder,
             dtype=supported_encoding_dtype(encoding),
             max_seq_len=max_seq_len,
-            kv_params=cls.construct_kv_params(
-                hf, pipeline_config, devices, model_config.kv_cache,
-                cache_dtype_for_encoding(encoding, model_config.kv_cache.kv_cache_format)),
+            kv_params=cls._kv_params(gpt2, pipeline_config, devices, model_config.kv_cache, cache_dtype),
             devices=devices,
         )
 

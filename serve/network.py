@@ -24,6 +24,7 @@ from max.dtype import DType
 from max.experimental import functional as F
 from max.experimental import nn
 from max.experimental.tensor import Tensor
+from max.graph import DimLike
 from max.nn import kernels
 from max.nn.attention import MHAMaskVariant
 from max.nn.kv_cache import KVCacheParams, PagedCacheValues
@@ -41,7 +42,7 @@ store_v_cache = F.functional(kernels.store_v_cache_ragged)
 flash_attention_ragged = F.functional(kernels.flash_attention_ragged)
 
 
-def ragged_positions(input_row_offsets: Tensor, cache_lengths: Tensor, total: Tensor) -> Tensor:
+def ragged_positions(input_row_offsets: Tensor, cache_lengths: Tensor, total: DimLike) -> Tensor:
     """Each token's position in its own sequence: what it has cached plus its
     place in this step's slice. GPT-2's positions are learned rows of ``wpe``,
     so unlike RoPE models they must be known before the first layer.
