@@ -108,13 +108,12 @@ def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_token
                 continue
             token = next_token(logits[b, :tokens], sampling, rngs[b], r.prompt_tokens + r.tokens)
             last[b, 0] = token
+            r.tokens.append(token)
             if token in eos:
                 # Step 12's rule, and HF generate's: stop right after an end
                 # token and keep it in the tokens; the text never shows it.
-                r.tokens.append(token)
                 active[b], r.stop_reason = False, "eos"
                 continue
-            r.tokens.append(token)
             text = tokenizer.decode(r.tokens)
             cut = _first_stop(text, sampling.stop)
             if cut is not None:
