@@ -38,19 +38,23 @@ CONFIGS = {
 }
 
 
+def spread_init(model) -> None:
+    """GPT-2's init (std 0.02) gives nearly uniform logits, where greedy picks
+    would hinge on float noise; a wider spread makes argmax decisive."""
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.2 * torch.randn_like(p))
+
+
 def make(name: str, sizes: dict, seed: int) -> None:
     torch.manual_seed(seed)
     config = GPT2Config(**sizes, activation_function="gelu_new", layer_norm_epsilon=1e-5,
                         bos_token_id=None, eos_token_id=None)
     model = GPT2LMHeadModel(config).eval()
-    # GPT-2's init (std 0.02) gives nearly uniform logits, where greedy picks
-    # would hinge on float noise; a wider spread makes argmax decisive.
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if pname.endswith("ln_1.weight") or pname.endswith("ln_2.weight") or pname.endswith("ln_f.weight"):
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            else:
-                p.copy_(0.2 * torch.randn_like(p))
+    spread_init(model)
     out = HERE / name
     out.mkdir(exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
@@ -90,12 +94,8 @@ def make_padded(seed: int = 1100) -> None:
     config = GPT2Config(**sizes, activation_function="gelu_new", layer_norm_epsilon=1e-5,
                         bos_token_id=50256, eos_token_id=50256)
     model = GPT2LMHeadModel(config).eval()
+    spread_init(model)
     with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if pname.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            else:
-                p.copy_(0.2 * torch.randn_like(p))
         model.transformer.wte.weight[50257:] = 0.0
         for p in model.parameters():
             p.copy_(p.half().float())
