@@ -11,7 +11,7 @@ import numpy as np
 from weights.checkpoint import read_safetensors
 from weights.synthetic import copy_gpt2_tokenizer, hf_config, random_hf_state, write_checkpoint
 
-__all__ = ["copy_gpt2_tokenizer", "hf_config", "random_hf_state", "reference", "reference_variant", "write_checkpoint"]
+__all__ = ["copy_gpt2_tokenizer", "demo_reference", "hf_config", "random_hf_state", "reference", "reference_variant", "write_checkpoint"]
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 
@@ -24,6 +24,13 @@ def reference(name: str) -> tuple[Path, dict, dict[str, np.ndarray]]:
     with np.load(folder / "reference.npz") as data:
         arrays = {k: data[k] for k in data.files}
     return folder, sizes, arrays
+
+
+def demo_reference() -> dict[str, np.ndarray]:
+    """HF's reference arrays for the bundled demo (made by make_demo.py; the
+    checkpoint itself is weights/demo)."""
+    with np.load(REFERENCE / "demo" / "reference.npz") as data:
+        return {k: data[k] for k in data.files}
 
 
 def reference_variant(name: str, folder: Path, *, prefix: bool, lm_head: bool, buffers: bool = False) -> Path:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkpoints import demo_reference
 
 from model.gpt2 import load_gpt2
 from weights import read_config, resolve_model
@@ -25,8 +26,7 @@ def demo():
 
 @pytest.fixture(scope="module")
 def reference():
-    with np.load(REFERENCE / "reference.npz") as data:
-        return {k: data[k] for k in data.files}
+    return demo_reference()
 
 
 def test_demo_is_bundled_and_small():

@@ -20,8 +20,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
+from checkpoints import demo_reference
 from conftest import run_python
 
 from bench.serve import NotReady, free_port, group_alive, stop, wait_ready
@@ -29,7 +29,6 @@ from bench.serve import NotReady, free_port, group_alive, stop, wait_ready
 openai = pytest.importorskip("openai")
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO_REFERENCE = ROOT / "tests" / "reference" / "demo" / "reference.npz"
 MODEL = "demo"
 START_TIMEOUT = 900  # a cold start compiles two graphs (model + sampler)
 
@@ -80,8 +79,7 @@ def client(server):
 
 @pytest.fixture(scope="module")
 def reference():
-    with np.load(DEMO_REFERENCE) as data:
-        return {k: data[k] for k in data.files}
+    return demo_reference()
 
 
 @pytest.fixture(scope="module")
