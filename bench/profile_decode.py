@@ -23,13 +23,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="checkpoint folder (default: the bench's random gpt2)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--linear", choices=("custom", "course"), default="custom",
+                   help="custom: the project's few-rows kernels (model/fast_linear.py); course: nn.Linear")
     args = p.parse_args(argv)
     from bench.__main__ import random_checkpoint
     from model.gpt2 import load_gpt2
     from model.sampling import Sampling, next_token
 
     folder = Path(args.model) if args.model else random_checkpoint("gpt2")
-    gpt2 = load_gpt2(folder, device="cpu", dtype=args.dtype, with_tokenizer=False)
+    gpt2 = load_gpt2(folder, device="cpu", dtype=args.dtype, linear=args.linear, with_tokenizer=False)
     graph_seconds: list[float] = []
     graph = gpt2.compiled
 
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         parts["sampling"].append(t2 - t1)
         parts["step total"].append(t2 - t0)
     total = statistics.median(parts["step total"])
-    print(f"{folder.name}, {args.dtype}, batch 1, {args.steps} decode steps after a 16-token prefill (medians)")
+    print(f"{folder.name}, {args.dtype} ({args.linear} linear), batch 1, {args.steps} decode steps after a 16-token prefill (medians)")
     for key, values in parts.items():
         ms = statistics.median(values) * 1000
         print(f"  {key:<36}{ms:8.2f} ms  {ms / total / 10:5.1f}%")

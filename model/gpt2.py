@@ -166,10 +166,12 @@ class GPT2:
 
 
 CACHES = ("in_place", "concat")
+LINEARS = ("custom", "course")
 
 
 def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl: str = "solutions", *,
-              attention_layer: int | None = None, cache: str = "in_place", with_tokenizer: bool = True) -> GPT2:
+              attention_layer: int | None = None, cache: str = "in_place", linear: str = "custom",
+              with_tokenizer: bool = True) -> GPT2:
     """The one build: resolve, read, verify, build, load and compile a GPT-2 checkpoint.
 
     ``model``: a hub id or a folder. ``device``/``dtype``: see model/device.py
@@ -177,12 +179,16 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     "steps" (the learner's files). ``attention_layer``: also return that
     layer's attention probabilities (``GPT2.attention``). ``cache``:
     "in_place" (the app's, model/kv_cache.py) or "concat" (step 07's own
-    way, kept to prove both give the same tokens).
+    way, kept to prove both give the same tokens). ``linear``: "custom"
+    (float32 on the CPU: model/fast_linear.py's Mojo kernel for few rows)
+    or "course" (step 04's nn.Linear everywhere, MAX's own matmul).
 
     Raises ``weights.WeightsError`` or ``model.device.DeviceError`` with a
     one-line message for anything the user can fix."""
     if cache not in CACHES:
         raise ValueError(f"cache must be one of {CACHES}, not {cache!r}")
+    if linear not in LINEARS:
+        raise ValueError(f"linear must be one of {LINEARS}, not {linear!r}")
     placement = choose(device, dtype)
     folder = resolve_model(str(model))
     kit = course(impl)
@@ -191,25 +197,35 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
         raise ValueError(f"attention_layer {attention_layer}: the model has layers 0-{config.n_layer - 1}")
     tokenizer = load_tokenizer(folder, config) if with_tokenizer else None
     state = load_state(folder, config)  # every shape verified before building
-    lm = build_lm(kit, config, placement, with_attention=attention_layer is not None, cache=cache)
+    lm = build_lm(kit, config, placement, with_attention=attention_layer is not None, cache=cache, linear=linear)
     if placement.quantization:
         from model.quantize import saved_quantize_state
 
         state = saved_quantize_state(lm, state, folder)
     if placement.kind != "cpu":
         lm.to(placement.max_device())
-    name = saved_graphs.graph_name(impl, config, placement, {"attention_layer": attention_layer, "cache": cache})
-    store = saved_graphs.store_for(name, placement.max_device())
+    kernels = uses_kernels(placement, linear)
+    name = saved_graphs.graph_name(impl, config, placement,
+                                   {"attention_layer": attention_layer, "cache": cache, "kernels": kernels})
+    store = saved_graphs.store_for(name, placement.max_device(), kernels)
     graph = (InPlaceGraph if cache == "in_place" else ConcatGraph)(lm, attention_layer)
-    compiled, seconds = _compile(graph, config, placement, state, store, cache)
+    compiled, seconds = _compile(graph, config, placement, state, store, cache, kernels)
     eos = read_eos_token_ids(folder) or ([tokenizer.eos_token_id] if tokenizer is not None else [])
     return GPT2(config, placement, compiled, seconds, tokenizer, str(folder), impl,
                 _quantized_that_ran(lm), attention_layer, store.loaded, tuple(eos), cache)
 
 
-def build_lm(kit: Course, config, placement: Placement, with_attention: bool = False, cache: str = "in_place"):
+def uses_kernels(placement: Placement, linear: str = "custom") -> bool:
+    """Whether the build calls model/kernels' custom ops: Q8_0 always (its
+    only kernel), float32 on the CPU unless ``linear="course"``."""
+    return placement.dtype == "q8_0" or (placement.kind == "cpu" and placement.dtype == "float32" and linear == "custom")
+
+
+def build_lm(kit: Course, config, placement: Placement, with_attention: bool = False, cache: str = "in_place",
+             linear: str = "custom"):
     """``GPT2LMHeadModel`` built lazily (no random init: the checkpoint fills
     it), its layers chosen here: quantized Linears for a quantized placement,
+    model/fast_linear.py's for float32 on the CPU (unless ``linear="course"``),
     step 15's attention (which keeps its probabilities) where asked, made to
     keep its cache in place (model/kv_cache.py) unless ``cache="concat"``. The
     dtype is always set explicitly: MAX's own default depends on the device
@@ -222,6 +238,10 @@ def build_lm(kit: Course, config, placement: Placement, with_attention: bool = F
         from model.quantize import quantized_linear
 
         layers["linear"] = quantized_linear(placement.quantization)
+    elif uses_kernels(placement, linear):
+        from model.fast_linear import few_rows_linear
+
+        layers["linear"] = few_rows_linear
     attention = kit.GPT2AttentionWithWeights if with_attention else kit.GPT2MultiHeadAttention
     if cache == "in_place":
         attention = in_place(attention, kit.causal_mask)
@@ -285,7 +305,8 @@ def InPlaceGraph(lm, attention_layer: int | None):
     return GPT2InPlaceGraph()
 
 
-def _compile(graph, config, placement: Placement, state: dict, store: saved_graphs.Store, cache: str):
+def _compile(graph, config, placement: Placement, state: dict, store: saved_graphs.Store, cache: str,
+             kernels: bool = False):
     """Compile ``graph`` for ``placement`` with the checkpoint ``state`` (or
     load it from ``store``'s saved MEF); returns (compiled, seconds)."""
     from max.dtype import DType
@@ -313,7 +334,7 @@ def _compile(graph, config, placement: Placement, state: dict, store: saved_grap
     try:
         compiled = graph.compile(ids_type, positions_type, *cache_types,
                                  weights=weights, auto_cast=placement.dtype == "bfloat16", name=store.name,
-                                 session=store.session)
+                                 session=store.session, custom_extensions=saved_graphs.extensions(kernels))
     except BaseException:
         store.discard()
         raise

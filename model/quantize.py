@@ -1,4 +1,4 @@
-"""Weight-only quantization (GGUF's Q4_0 and Q6_K) for the CPU.
+"""Weight-only quantization (GGUF's Q8_0, Q6_K and Q4_0) for the CPU.
 
 Why: decoding one token at batch 1 reads every weight once, so its speed is
 the memory bandwidth divided by the bytes of weights: fp32 GPT-2 124M is
@@ -8,7 +8,16 @@ into the matmul by MAX 26.7 (5x slower than fp32, measured), and MAX's int8
 matmul returns int8 (it overflows) and ran at 1.5 GB/s. So the route is
 MAX's ``F.qmatmul``, whose CPU kernels read GGUF blocks directly. It
 supports Q4_0, Q4_K, Q6_K and GPTQ; these two have simple enough formats to
-write here in numpy (no extra dependency):
+write here in numpy (no extra dependency). MAX has no 8-bit kernel, so Q8_0
+runs on this project's own (model/kernels/matmul.mojo, see Q8_0 below):
+
+Q8_0 (ggml's ``block_q8_0``, 8.5 bits a weight): every 32 consecutive
+weights share one float16 scale ``d = max|w| / 127``; a weight is
+``code * d`` with an int8 code. ggml stores d then the 32 codes in one
+block; here the codes [out, in] int8 and the scales [out, in / 32] float16
+are two arrays (the same numbers; aligned vector loads in the kernel). Few
+rows (decode) run the custom op; many rows (a long prompt) dequantize the
+weights in the graph and use MAX's matmul (model/fast_linear.py's rule).
 
 Q4_0 (ggml's ``block_q4_0``, 4.5 bits a weight): every 32 consecutive
 weights along the input dimension share one float16 scale ``d``; a weight
@@ -121,6 +130,25 @@ def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
     return (q * (d * scales)[..., None]).reshape(rows, -1)
 
 
+def quantize_q8_0(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[out, in] float -> (codes [out, in] int8, scales [out, in // 32] float16), as ggml's
+    ``quantize_row_q8_0_ref``: d = max|w| / 127 per block, code = round(w / d)."""
+    rows, cols = weight.shape
+    if cols % BLOCK:
+        raise ValueError(f"Q8_0 needs an input width that is a multiple of {BLOCK}, got {cols}")
+    blocks = np.asarray(weight, dtype=np.float32).reshape(rows, cols // BLOCK, BLOCK)
+    d = np.abs(blocks).max(axis=-1) / 127.0
+    codes = np.clip(np.rint(blocks * _inverse(d)[..., None]), -127, 127).astype(np.int8)
+    return codes.reshape(rows, cols), d.astype(np.float16)
+
+
+def dequantize_q8_0(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """The inverse of ``quantize_q8_0`` (up to the rounding): [out, in] float32."""
+    rows, cols = codes.shape
+    blocks = codes.reshape(rows, cols // BLOCK, BLOCK).astype(np.float32)
+    return (blocks * scales.astype(np.float32)[..., None]).reshape(rows, cols)
+
+
 def _inverse(a: np.ndarray) -> np.ndarray:
     """1 / a, with 0 where a is 0 (an all-zero group or block)."""
     return np.divide(1.0, a, out=np.zeros_like(a), where=a != 0)
@@ -188,39 +216,95 @@ def quantized_linear_class():
     return QuantizedLinear
 
 
+@functools.cache
+def q8_0_linear_class():
+    """``Q8_0Linear``, defined on first use (see ``quantized_linear_class``)."""
+    from max.dtype import DType
+    from max.experimental import nn
+    from max.experimental.tensor import Tensor
+
+    from model.fast_linear import custom_matmul, few_rows_or, outside_branches
+
+    class Q8_0Linear(nn.Module):
+        """A Linear whose weight is Q8_0: ``weight`` int8 codes [out, in],
+        ``scales`` float16 [out, in / 32]; y = x @ (codes * scales)^T + b.
+        Few rows: model/kernels' custom op; many: dequantized in the graph,
+        then MAX's matmul."""
+
+        encoding = "q8_0"
+
+        def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
+            super().__init__()
+            self.out_features = out_dim
+            self.weight = Tensor.zeros([out_dim, in_dim], dtype=DType.int8)
+            self.scales = Tensor.zeros([out_dim, in_dim // BLOCK], dtype=DType.float16)
+            self.bias = Tensor.zeros([out_dim]) if bias else None
+            self.traced = Traced()
+
+        def dequantized(self, codes, scales):
+            rows, cols = codes.shape
+            blocks = codes.cast(DType.float32).reshape([rows, cols // BLOCK, BLOCK])
+            return (blocks * scales.cast(DType.float32).reshape([rows, cols // BLOCK, 1])).reshape([rows, cols])
+
+        def forward(self, x):
+            self.traced.ran = True
+            codes, scales = outside_branches(self.weight), outside_branches(self.scales)
+            y = few_rows_or(x, self.out_features,
+                            lambda x2: custom_matmul("few_rows_matmul_q8_0", x2, [codes, scales], self.out_features),
+                            lambda x2: x2 @ self.dequantized(codes, scales).T)
+            return y if self.bias is None else y + self.bias
+
+    return Q8_0Linear
+
+
 def quantized_linear(encoding: str):
     """A ``linear(in_dim, out_dim, bias=True)`` maker for the course's blocks:
-    a QuantizedLinear where the input width fits the format's blocks, else a
-    float32 ``nn.Linear`` (GGUF block formats need whole blocks per row)."""
+    a QuantizedLinear (Q8_0Linear for q8_0) where the input width fits the
+    format's blocks, else a float32 ``nn.Linear`` (GGUF block formats need
+    whole blocks per row)."""
     from max.experimental import nn
 
-    fmt = ENCODINGS[encoding]
-    QuantizedLinear = quantized_linear_class()
+    if encoding == "q8_0":
+        block, make = BLOCK, q8_0_linear_class()
+    else:
+        block, QuantizedLinear = ENCODINGS[encoding].block, quantized_linear_class()
+
+        def make(in_dim, out_dim, bias):
+            return QuantizedLinear(encoding, in_dim, out_dim, bias)
 
     def linear(in_dim: int, out_dim: int, bias: bool = True):
-        if in_dim % fmt.block:
+        if in_dim % block:
             return nn.Linear(in_dim, out_dim, bias=bias)
-        return QuantizedLinear(encoding, in_dim, out_dim, bias)
+        return make(in_dim, out_dim, bias)
 
     return linear
 
 
 def quantized_layers(lm) -> list:
-    """The QuantizedLinear layers of a built model, as (name, module)."""
-    QuantizedLinear = quantized_linear_class()
-    return [(name, m) for name, m in lm.descendants if isinstance(m, QuantizedLinear)]
+    """The quantized Linear layers of a built model, as (name, module)."""
+    kinds = (quantized_linear_class(), q8_0_linear_class())
+    return [(name, m) for name, m in lm.descendants if isinstance(m, kinds)]
+
+
+def quantized_arrays(layer, weight: np.ndarray) -> dict[str, np.ndarray]:
+    """One layer's float32 weight [out, in] as the arrays it holds, by name."""
+    if layer.encoding == "q8_0":
+        codes, scales = quantize_q8_0(weight)
+        return {"weight": codes, "scales": scales}
+    rows = weight.shape[0]
+    if padded_rows(rows) != rows:
+        weight = np.concatenate([weight, np.zeros((padded_rows(rows) - rows, weight.shape[1]), np.float32)])
+    return {"weight": ENCODINGS[layer.encoding].quantize(weight)}
 
 
 def quantize_state(lm, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``state`` (float32, weights [out, in]) with each of ``lm``'s quantized
-    layers' weights replaced by its blocks (rows padded to a multiple of 32)."""
+    layers' weights replaced by its arrays: blocks (rows padded to a multiple
+    of 32) for q4_0 / q6_k, codes and scales for q8_0."""
     out = dict(state)
     for name, layer in quantized_layers(lm):
         weight = np.asarray(state[name + ".weight"], dtype=np.float32)
-        rows = weight.shape[0]
-        if padded_rows(rows) != rows:
-            weight = np.concatenate([weight, np.zeros((padded_rows(rows) - rows, weight.shape[1]), np.float32)])
-        out[name + ".weight"] = ENCODINGS[layer.encoding].quantize(weight)
+        out.update({f"{name}.{key}": array for key, array in quantized_arrays(layer, weight).items()})
     return out
 
 
@@ -248,7 +332,8 @@ def saved_quantize_state(lm, state: dict[str, np.ndarray], folder) -> dict[str, 
         digest.update(f"{f.resolve()}|{info.st_size}|{info.st_mtime_ns}".encode())
     digest.update("|".join(f"{name}:{layer.encoding}" for name, layer in layers).encode())
     target = saved_graphs.cache_root() / "quantized" / digest.hexdigest()[:20]
-    names = [name + ".weight" for name, _ in layers]
+    names = [f"{name}.{key}" for name, layer in layers for key in (("weight", "scales") if layer.encoding == "q8_0"
+                                                                     else ("weight",))]
     if all((target / f"{n}.npy").is_file() for n in names):
         return {**state, **{n: np.load(target / f"{n}.npy", mmap_mode="r") for n in names}}
     out = quantize_state(lm, state)

@@ -58,7 +58,12 @@ def graph_name(impl: str, config, placement, options: dict) -> str:
 def sources(impl: str) -> list[Path]:
     """The Python files a built graph can depend on."""
     course = ROOT / ("solutions" if impl == "solutions" else "steps")
-    return sorted([*(ROOT / "model").glob("*.py"), *course.glob("*.py")])
+    return sorted([*(ROOT / "model").glob("*.py"), *(ROOT / "model" / "kernels").glob("*.mojo"), *course.glob("*.py")])
+
+
+def extensions(kernels: bool) -> list[Path]:
+    """The custom-op libraries a graph needs: model/kernels when it calls them."""
+    return [ROOT / "model" / "kernels"] if kernels else []
 
 
 @dataclass
@@ -89,7 +94,7 @@ class Store:
             shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def store_for(name: str, device) -> Store:
+def store_for(name: str, device, kernels: bool = False) -> Store:
     """Load ``name``'s saved MEF if there is one, else save it when compiled."""
     if not enabled():
         return Store(name)
@@ -97,9 +102,11 @@ def store_for(name: str, device) -> Store:
 
     folder = cache_root() / "graphs" / name
     if (folder / MANIFEST).is_file():
-        return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), loaded=True)
+        return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder,
+                                            custom_extensions=extensions(kernels)), loaded=True)
     staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=_mkdir(cache_root() / "graphs")))
-    return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging)
+    return Store(name, InferenceSession(devices=[device], export_mefs=staging, custom_extensions=extensions(kernels)),
+                 staging=staging)
 
 
 def _mkdir(path: Path) -> Path:

@@ -1,0 +1,98 @@
+"""The app's Linear layer on the CPU: this project's Mojo kernels for few rows.
+
+Why: decoding one token reads every weight once, so its speed is the rate at
+which the weights stream from memory. MAX 26.7's CPU matmul streamed GPT-2's
+fp32 weights at 11-15 GB/s for one row (``x @ W.T``: it tiles and packs W at
+run time), where llama.cpp reads them at 26-36 GB/s on the same 2 cores.
+``model/kernels/matmul.mojo`` reads W once, in the checkpoint's own [out, in]
+layout, and reached 22-27 GB/s on GPT-2 124M's MLP matmuls (``python -m
+bench.kernels``). For many rows (a long prompt) MAX's tiled matmul is the
+better kernel, so every layer asks at run time how many rows it got:
+
+    rows <= FEW_ROWS   the custom op (decode, small batches, short prompts)
+    rows >  FEW_ROWS   x @ W.T, exactly what step 04's nn.Linear does
+
+Both branches are in the one compiled graph (``F.cond``); the weights,
+their names ("weight" [out, in], "bias" [out]) and the results are the
+course's nn.Linear's (tests/test_fast_linear.py compares them, and the
+tokens of whole models built both ways).
+
+``few_rows_linear`` is the course's ``linear`` maker (steps 04, 07, 11 take
+one), used by ``load_gpt2`` for float32 on the CPU; ``linear="course"``
+builds the model with nn.Linear instead. The kernels are CPU code: on a GPU
+the course's nn.Linear runs.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+KERNELS = Path(__file__).resolve().parent / "kernels"  # the Mojo package MAX compiles (~15-30 s, then cached)
+FEW_ROWS = 16  # above this, MAX's matmul was as fast or faster (bench.kernels: equal at 16, 1.3x at 32)
+
+
+def few_rows_or(x, out_dim: int, kernel, otherwise):
+    """``kernel(x2)`` when ``x`` has at most FEW_ROWS rows, else
+    ``otherwise(x2)``, where x2 is ``x`` [..., in] flattened to [rows, in];
+    the result has ``x``'s leading shape and ``out_dim`` columns."""
+    from max.dtype import DType
+    from max.experimental import functional as F
+    from max.graph import DeviceRef, TensorType
+
+    lead = list(x.shape[:-1])
+    x2 = x.reshape([-1, x.shape[-1]])
+    rows = x2.shape[0]
+    few = F.shape_to_tensor([rows]).reshape([]) <= FEW_ROWS
+    out_type = TensorType(DType.float32, [rows, out_dim], device=DeviceRef.CPU())
+    (y,) = F.cond(few, [out_type], lambda: kernel(x2), lambda: otherwise(x2))
+    return y.reshape([*lead, out_dim])
+
+
+def outside_branches(weight):
+    """``weight`` as a value of the enclosing graph: a weight first touched
+    inside one branch of ``F.cond`` would live in that branch only, and the
+    other branch could not use it (MAX: "operand does not dominate this
+    use"). A reshape to its own shape is a view: nothing is copied."""
+    return weight.reshape(list(weight.shape))
+
+
+def custom_matmul(name: str, x2, weights: list, out_dim: int):
+    """Call one of model/kernels' ops: [rows, in] -> [rows, out_dim] float32."""
+    from max.dtype import DType
+    from max.experimental import functional as F
+    from max.graph import DeviceRef, TensorType
+
+    out_type = TensorType(DType.float32, [x2.shape[0], out_dim], device=DeviceRef.CPU())
+    return F.custom(name, DeviceRef.CPU(), [x2, *weights], [out_type], custom_extensions=KERNELS)[0]
+
+
+@functools.cache
+def few_rows_linear_class():
+    """``FewRowsLinear``, defined on first use so that importing this file does not load MAX."""
+    from max.experimental import nn
+    from max.experimental.tensor import Tensor
+
+    class FewRowsLinear(nn.Module):
+        """``nn.Linear(in_dim, out_dim, bias)`` for the CPU in float32: the
+        custom GEMV kernel for few rows, MAX's matmul for many."""
+
+        def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
+            super().__init__()
+            self.out_features = out_dim
+            self.weight = Tensor.zeros([out_dim, in_dim])
+            self.bias = Tensor.zeros([out_dim]) if bias else None
+
+        def forward(self, x):
+            w = outside_branches(self.weight)
+            y = few_rows_or(x, self.out_features,
+                            lambda x2: custom_matmul("few_rows_matmul_f32", x2, [w], self.out_features),
+                            lambda x2: x2 @ w.T)
+            return y if self.bias is None else y + self.bias
+
+    return FewRowsLinear
+
+
+def few_rows_linear(in_dim: int, out_dim: int, bias: bool = True):
+    """The course's ``linear`` maker (see step 04), with the few-rows kernel."""
+    return few_rows_linear_class()(in_dim, out_dim, bias)
