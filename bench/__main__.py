@@ -12,7 +12,7 @@ and the first 16-token prefill), peak memory. Each precision runs in its own
 process, so that its start to first token and peak memory are its own. A
 ratio column is how many times faster this project is (their time / ours,
 or our tokens/s / theirs): above 1 we win. llama.cpp is compared at the same
-weight format (float32 with f32, q4_0 with q4_0).
+weight format (float32 with f32, q8_0 with q8_0, q4_0 with q4_0).
 
 Weights: --model names a checkpoint; by default a random checkpoint of the
 chosen GPT-2 size is written once under ~/.cache/gpt2-on-max (speed does not
@@ -153,7 +153,7 @@ ROWS = [  # (label, key, sub-key, unit, higher is better)
     ("peak memory (RSS)", "peak_rss_mb", None, "MB", False),
 ]
 # This project's precision -> llama.cpp's at the same weight format.
-SAME_PRECISION = {"float32": "f32", "q4_0": "q4_0"}
+SAME_PRECISION = {"float32": "f32", "q8_0": "q8_0", "q4_0": "q4_0"}
 
 
 def value(result: dict | None, key: str, sub: str | None):
@@ -196,7 +196,7 @@ def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) ->
             row += f"{x:>14.2f}x" if x is not None else f"{'-':>15}"
         lines.append(row)
     lines.append("(ratios: how many times faster this project is; above 1 it wins. llama.cpp is compared at the "
-                 "same weight format: float32 with f32, q4_0 with q4_0)" if llama else
+                 "same weight format: float32 with f32, q8_0 with q8_0, q4_0 with q4_0)" if llama else
                  "(ratios: how many times faster this project is; above 1 it wins)")
     return "\n".join(lines)
 
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="gpt2", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"],
                    help="GPT-2 shape of the random checkpoint (default: gpt2, 124M)")
     p.add_argument("--dtypes", nargs="+", default=None, choices=[d for d in DTYPES if d != "auto"],
-                   help="this project's precisions to measure (default: float32 q6_k q4_0 on the CPU; bfloat16 needs "
+                   help="this project's precisions to measure (default: float32 q8_0 q6_k q4_0 on the CPU; bfloat16 needs "
                         "--device gpu)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu", "auto"])
     p.add_argument("--reps", type=int, default=3, help="repetitions per figure; medians are reported (default: 3)")

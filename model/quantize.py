@@ -18,6 +18,8 @@ block; here the codes [out, in] int8 and the scales [out, in / 32] float16
 are two arrays (the same numbers; aligned vector loads in the kernel). Few
 rows (decode) run the custom op; many rows (a long prompt) dequantize the
 weights in the graph and use MAX's matmul (model/fast_linear.py's rule).
+The kernel also rounds the activations to Q8_0 (8 bits per block of 32), as
+llama.cpp's q8_0 does, and takes input widths that are a multiple of 64.
 
 Q4_0 (ggml's ``block_q4_0``, 4.5 bits a weight): every 32 consecutive
 weights along the input dimension share one float16 scale ``d``; a weight
@@ -58,6 +60,7 @@ BLOCK = 32
 BLOCK_BYTES = 2 + BLOCK // 2
 SUPER = 256  # Q6_K
 ROW_MULTIPLE = 32
+Q8_0_WIDTH_MULTIPLE = 2 * BLOCK  # input widths model/kernels' Q8_0 op takes (two blocks per step)
 
 
 def quantize_q4_0(weight: np.ndarray) -> np.ndarray:
@@ -264,8 +267,8 @@ def quantized_linear(encoding: str):
     whole blocks per row)."""
     from max.experimental import nn
 
-    if encoding == "q8_0":
-        block, make = BLOCK, q8_0_linear_class()
+    if encoding == "q8_0":  # the kernel takes two blocks per step (one 512-bit register of codes)
+        block, make = Q8_0_WIDTH_MULTIPLE, q8_0_linear_class()
     else:
         block, QuantizedLinear = ENCODINGS[encoding].block, quantized_linear_class()
 

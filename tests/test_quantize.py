@@ -46,7 +46,9 @@ def test_error_is_at_most_half_a_step():
 def test_every_quantized_dtype_has_an_encoding():
     from model.device import QUANTIZED_DTYPES
 
-    assert set(QUANTIZED_DTYPES) == set(ENCODINGS)
+    # q8_0 runs on this project's kernel (model/kernels, tests/test_fast_linear.py);
+    # the others are GGUF blocks for MAX's qmatmul.
+    assert set(QUANTIZED_DTYPES) == set(ENCODINGS) | {"q8_0"}
 
 
 def test_zero_blocks_and_bad_widths():

@@ -23,7 +23,7 @@ import extensibility
 from extensibility import InputTensor, OutputTensor
 from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
-from std.memory import alloc, stack_allocation
+from std.memory import alloc, bitcast, stack_allocation
 from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
 
@@ -65,55 +65,70 @@ def tile_f32[R: Int, MB: Int](
             yp.store((m0 + j) * N + r + i, s)
 
 
+comptime P = 2 * Q  # weights per step of the Q8_0 kernel: two blocks, one 512-bit register of bytes
+
+
 @always_inline
-def madd(a: SIMD[DType.int16, Q], b: SIMD[DType.int16, Q]) -> SIMD[DType.int32, Q // 2]:
-    """Pairwise a * b summed in int32 (x86's vpmaddwd: one instruction for 32
-    products on AVX-512; the portable form elsewhere)."""
-    comptime if CompilationTarget.has_avx512f():
-        return llvm_intrinsic["llvm.x86.avx512.pmaddw.d.512", SIMD[DType.int32, Q // 2]](a, b)
+def dot4(acc: SIMD[DType.int32, 16], u: SIMD[DType.uint8, P], s: SIMD[DType.int8, P]) -> SIMD[DType.int32, 16]:
+    """acc + (sums of 4 neighbouring products u * s, 16 lanes): x86's
+    vpdpbusd (AVX512-VNNI), one instruction for 64 products; the portable
+    form elsewhere."""
+    comptime if CompilationTarget.has_vnni():
+        return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.512", SIMD[DType.int32, 16]](
+            acc, bitcast[DType.int8, P](u), s)
     else:
-        var p = a.cast[DType.int32]() * b.cast[DType.int32]()
-        return p.deinterleave()[0] + p.deinterleave()[1]
+        var p = u.cast[DType.int32]() * s.cast[DType.int32]()
+        var p2 = p.deinterleave()[0] + p.deinterleave()[1]
+        return acc + p2.deinterleave()[0] + p2.deinterleave()[1]
 
 
 @always_inline
 def tile_q8_0[R: Int, MB: Int](
-    xq: UnsafePointer[Int16, _], xd: UnsafePointer[Float32, _], qp: UnsafePointer[Int8, _],
-    dp: UnsafePointer[Float16, _], yp: UnsafePointer[mut=True, Float32, _], K: Int, N: Int, r: Int, m0: Int,
+    xq: UnsafePointer[Int8, _], xs: UnsafePointer[Float32, _], xc: UnsafePointer[Int32, _],
+    qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], yp: UnsafePointer[mut=True, Float32, _],
+    K: Int, N: Int, r: Int, m0: Int,
 ):
-    """tile_f32 for Q8_0 weights against int16-quantized inputs (xq, one
-    float32 scale xd per block of 32): per block, 32 codes x 32 inputs are
-    one integer multiply-add into 16 int32 lanes, then scaled by d * xd."""
-    comptime H = Q // 2
+    """tile_f32 for Q8_0 weights against Q8_0 inputs (as llama.cpp does):
+    per two blocks, 64 codes x 64 inputs are one integer dot product into 16
+    int32 lanes (8 per block), then scaled by the weight's d times the
+    input's d. The weights' int8 codes are made unsigned (+128) for the
+    instruction; xc, the input's codes summed per block times -16 per lane,
+    takes the +128 back out (prepare_inputs)."""
     var KB = K // Q
-    var acc = stack_allocation[R * MB * H, Float32]()
+    var acc = stack_allocation[R * MB * 16, Float32]()
     comptime for a in range(R * MB):
-        acc.store(a * H, SIMD[F32, H](0))
-    for b in range(KB):
+        acc.store(a * 16, SIMD[F32, 16](0))
+    for p in range(K // P):
         comptime for i in range(R):
-            var wv = qp.load[width=Q]((r + i) * K + b * Q).cast[DType.int16]()
-            var d = dp.load((r + i) * KB + b).cast[F32]()
+            var w = bitcast[DType.uint8, P](qp.load[width=P]((r + i) * K + p * P)) ^ 128
+            var d = dp.load[width=2]((r + i) * KB + 2 * p).cast[F32]()
+            var dw = SIMD[F32, 8](d[0]).join(SIMD[F32, 8](d[1]))
             comptime for j in range(MB):
-                var a = (i * MB + j) * H
-                var dots = madd(wv, xq.load[width=Q]((m0 + j) * K + b * Q)).cast[F32]()
-                acc.store(a, dots.fma(SIMD[F32, H](d * xd.load((m0 + j) * KB + b)), acc.load[width=H](a)))
+                var at = (m0 + j) * (K // P) * 16 + p * 16
+                var dots = dot4(xc.load[width=16](at), w, xq.load[width=P]((m0 + j) * K + p * P))
+                var a = (i * MB + j) * 16
+                acc.store(a, dots.cast[F32]().fma(dw * xs.load[width=16](at), acc.load[width=16](a)))
     comptime for i in range(R):
         comptime for j in range(MB):
-            yp.store((m0 + j) * N + r + i, acc.load[width=H]((i * MB + j) * H).reduce_add())
+            yp.store((m0 + j) * N + r + i, acc.load[width=16]((i * MB + j) * 16).reduce_add())
 
 
-def quantize_rows_int16(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, Int16, _],
-                        xd: UnsafePointer[mut=True, Float32, _], M: Int, K: Int):
-    """x [M, K] -> int16 codes and one scale per block of 32 (largest
-    magnitude -> 32767): 1/65534 of a block's range, far finer than the
-    8-bit weights."""
+def prepare_inputs(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, Int8, _],
+                   xs: UnsafePointer[mut=True, Float32, _], xc: UnsafePointer[mut=True, Int32, _], M: Int, K: Int):
+    """x [M, K] float32 -> Q8_0 codes (xq [M, K] int8, d = max|x| / 127 per
+    block of 32) and, per step of two blocks, 16 lanes: xs each block's d on
+    its 8 lanes, xc -16 * (the block's codes summed) on its 8 lanes (the
+    correction for the weights' +128: 8 lanes * 16 = 128)."""
     for blk in range(M * K // Q):
         var v = xp.load[width=Q](blk * Q)
         var top = abs(v).reduce_max()
-        var scale = top / 32767.0 if top > 0 else Float32(0)
-        var inv = 1.0 / scale if top > 0 else Float32(0)
-        xd.store(blk, scale)
-        xq.store(blk * Q, round(v * inv).cast[DType.int16]())
+        var d = top / 127.0
+        var inv = 127.0 / top if top > 0 else Float32(0)
+        var codes = round(v * inv).cast[DType.int8]()
+        xq.store(blk * Q, codes)
+        var lane = (blk // 2) * 16 + (blk % 2) * 8
+        xs.store(lane, SIMD[F32, 8](d))
+        xc.store(lane, SIMD[DType.int32, 8](-16 * codes.cast[DType.int32]().reduce_add()))
 
 
 @extensibility.register("few_rows_matmul_f32")
@@ -169,28 +184,30 @@ struct FewRowsMatmulQ8_0:
         var qp = codes.unsafe_ptr()
         var dp = scales.unsafe_ptr()
         var yp = y.unsafe_ptr()
-        var xq = alloc[Int16](M * K)
-        var xd = alloc[Float32](M * K // Q)
-        quantize_rows_int16(x.unsafe_ptr(), xq, xd, M, K)
+        var xq = alloc[Int8](M * K)
+        var xs = alloc[Float32](M * K // P * 16)
+        var xc = alloc[Int32](M * K // P * 16)
+        prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
-        def work(t: Int) {var M, var K, var N, var xq, var xd, var qp, var dp, var yp}:
+        def work(t: Int) {var M, var K, var N, var xq, var xs, var xc, var qp, var dp, var yp}:
             var rows = band(N, t)
             var r = rows[0]
             while r < rows[1]:
                 if r + ROWS <= rows[1]:
                     var m = 0
                     while m + 4 <= M:
-                        tile_q8_0[ROWS, 4](xq, xd, qp, dp, yp, K, N, r, m)
+                        tile_q8_0[ROWS, 4](xq, xs, xc, qp, dp, yp, K, N, r, m)
                         m += 4
                     while m < M:
-                        tile_q8_0[ROWS, 1](xq, xd, qp, dp, yp, K, N, r, m)
+                        tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, yp, K, N, r, m)
                         m += 1
                     r += ROWS
                 else:
                     for m in range(M):
-                        tile_q8_0[1, 1](xq, xd, qp, dp, yp, K, N, r, m)
+                        tile_q8_0[1, 1](xq, xs, xc, qp, dp, yp, K, N, r, m)
                     r += 1
 
         parallelize(work, TASKS)
         xq.free()
-        xd.free()
+        xs.free()
+        xc.free()

@@ -1,0 +1,120 @@
+"""The app's own matmul kernels (model/kernels/matmul.mojo, used through
+model/fast_linear.py and model/quantize.py's Q8_0Linear): the same results as
+the course's nn.Linear / numpy, for few rows (the custom op) and many rows
+(MAX's matmul), awkward shapes included; and whole models built with them
+give the same tokens as models built from step 04's nn.Linear."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from checkpoints import reference
+
+from model.fast_linear import FEW_ROWS
+from model.quantize import BLOCK, dequantize_q8_0, quantize_q8_0
+
+
+def test_q8_0_is_ggml_s_rounding():
+    # d = max|w| / 127 per block of 32 (float16), code = round(w / d).
+    w = np.random.default_rng(0).standard_normal((3, 4 * BLOCK)).astype(np.float32)
+    codes, scales = quantize_q8_0(w)
+    assert codes.dtype == np.int8 and scales.dtype == np.float16 and scales.shape == (3, 4)
+    d = np.abs(w.reshape(3, 4, BLOCK)).max(-1) / 127
+    np.testing.assert_array_equal(scales, d.astype(np.float16))
+    assert np.abs(codes).max() == 127
+    # half a step of rounding, plus the float16 rounding of d (up to 127 steps of it)
+    step = d[..., None]
+    assert (np.abs(dequantize_q8_0(codes, scales) - w).reshape(3, 4, BLOCK) <= step * (0.5 + 127 * 2**-11)).all()
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_q8_0(np.ones((2, 48), np.float32))
+    assert not dequantize_q8_0(*quantize_q8_0(np.zeros((2, BLOCK), np.float32))).any()
+
+
+@pytest.fixture(scope="module")
+def layers():
+    """One compiled graph holding both kernels' layers: float32 48 -> 37
+    (a width that is not a multiple of the 16 lanes, a height not a multiple
+    of the 4-row tile) and Q8_0 128 -> 37; rows are symbolic."""
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental import functional as F
+    from max.experimental import nn
+    from max.graph import TensorType
+
+    from model.fast_linear import KERNELS, few_rows_linear
+    from model.quantize import quantized_linear
+
+    rng = np.random.default_rng(1)
+    arrays = {"f32.weight": rng.standard_normal((37, 48)).astype(np.float32),
+              "f32.bias": rng.standard_normal(37).astype(np.float32),
+              "q8.bias": rng.standard_normal(37).astype(np.float32)}
+    q8_weight = rng.standard_normal((37, 128)).astype(np.float32)
+    arrays["q8.weight"], arrays["q8.scales"] = quantize_q8_0(q8_weight)
+
+    class Both(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.f32 = few_rows_linear(48, 37)
+            self.q8 = quantized_linear("q8_0")(128, 37)
+
+        def forward(self, a, b):
+            return self.f32(a), self.q8(b)
+
+    with F.lazy():
+        both = Both()
+    types = [TensorType(DType.float32, ["batch", "seq", width], device=CPU()) for width in (48, 128)]
+    compiled = both.compile(*types, weights=arrays, custom_extensions=[KERNELS])
+    return compiled, arrays, dequantize_q8_0(arrays["q8.weight"], arrays["q8.scales"])
+
+
+@pytest.mark.parametrize("batch, seq", [(1, 1), (1, 3), (2, 5), (1, FEW_ROWS), (1, FEW_ROWS + 1), (3, 20)])
+def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
+    from max.experimental.tensor import Tensor
+
+    compiled, arrays, q8_dense = layers
+    rng = np.random.default_rng(batch * 100 + seq)
+    a = rng.standard_normal((batch, seq, 48)).astype(np.float32)
+    b = rng.standard_normal((batch, seq, 128)).astype(np.float32)
+    got_f32, got_q8 = (t.to_numpy() for t in compiled(Tensor.from_dlpack(a), Tensor.from_dlpack(b)))
+    want_f32 = a @ arrays["f32.weight"].T + arrays["f32.bias"]
+    want_q8 = b @ q8_dense.T + arrays["q8.bias"]
+    assert got_f32.shape == got_q8.shape == (batch, seq, 37)
+    assert np.abs(got_f32 - want_f32).max() <= 1e-4 * np.abs(want_f32).max()
+    # Few rows: the kernel rounds the activations to 8 bits per block of 32
+    # (as llama.cpp's q8_0); many rows: exact dequantized weights.
+    tolerance = 0.01 if batch * seq <= FEW_ROWS else 1e-4
+    assert np.abs(got_q8 - want_q8).max() <= tolerance * np.abs(want_q8).max()
+
+
+def greedy(gpt2, prompt: np.ndarray, n: int) -> list[int]:
+    logits, cache = gpt2.step(prompt, gpt2.empty_cache(1, prompt.shape[1] + n))
+    tokens = []
+    for _ in range(n):
+        tokens.append(int(logits[0].argmax()))
+        logits, cache = gpt2.step(np.array([[tokens[-1]]]), cache)
+    return tokens
+
+
+def test_custom_and_course_linear_give_the_same_tokens():
+    # The app's float32 CPU model (custom kernels) against the same model
+    # built from step 04's nn.Linear: equal logits and equal greedy tokens.
+    from model.gpt2 import load_gpt2
+
+    folder, _, ref = reference("tiny-2l-4h")
+    custom = load_gpt2(folder, device="cpu", with_tokenizer=False)
+    course = load_gpt2(folder, device="cpu", linear="course", with_tokenizer=False)
+    assert np.abs(custom.forward_logits(ref["ids"]) - course.forward_logits(ref["ids"])).max() <= 1e-5
+    assert greedy(custom, ref["prompt"], 12) == greedy(course, ref["prompt"], 12)
+
+
+@pytest.mark.parametrize("name", ["trained-bytes", "tiny-2l-4h", "tiny-3l-3h"])
+def test_q8_0_greedy_tokens_equal_float32(name):
+    # Issue 11's bar for an 8-bit format: greedy tokens equal fp32's on the
+    # reference checkpoints (the HF reference continuation, which fp32 equals).
+    from model.gpt2 import load_gpt2
+
+    folder, _, ref = reference(name)
+    gpt2 = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
+    assert gpt2.quantized_layers > 0
+    n = ref["greedy"].shape[1]
+    assert greedy(gpt2, ref["prompt"], n) == ref["greedy"][0].tolist()
