@@ -73,7 +73,7 @@ def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monk
     printed = capsys.readouterr().out
     assert "max float32" in printed and "max q4_0" in printed  # auto on a CPU: the CPU's precisions
     assert "not measured: q6_k: something broke" in printed
-    assert [r["dtype"] for r in json.loads(out.read_text())["ours"]] == ["float32", "q4_0"]
+    assert [r["dtype"] for r in json.loads(out.read_text())["ours"]] == ["float32", "q8_0", "q4_0"]
 
 
 def test_serve_bench_table_prints_the_ratio_to_llama_server():
