@@ -53,8 +53,13 @@ def parser() -> argparse.ArgumentParser:
                    help="auto takes a GPU when MAX sees one (default: auto)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto: float32 on CPU, bfloat16 on GPU; bfloat16 is GPU-only; q6_k / q4_0: 6- or 4-bit "
-                        "weights on the CPU, ~3x faster decoding, text close to but not equal to float32's "
+                        "weights on the CPU, ~3x faster decoding, text close to but not equal to float32's; q8_0: 8-bit "
+                        "weights on this project's kernel, greedy text equal to float32's on trained models "
                         "(default: auto)")
+    p.add_argument("--linear", default="course", choices=("course", "custom"),
+                   help="float32 on the CPU: course = step 04's nn.Linear (MAX's matmul); custom = this project's "
+                        "Mojo kernel for few rows (model/fast_linear.py: decoding ~1.2x faster, but each start "
+                        "compiles the kernels again, ~20-40 s) (default: course)")
     p.add_argument("--impl", default="solutions", choices=("solutions", "steps"),
                    help="which code builds the model: the reference solutions, or your own steps/ files")
     output = p.add_mutually_exclusive_group()
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
     try:
-        gpt2 = load_gpt2(folder, device=args.device, dtype=args.dtype, impl=args.impl)
+        gpt2 = load_gpt2(folder, device=args.device, dtype=args.dtype, impl=args.impl, linear=args.linear)
     except (WeightsError, DeviceError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE

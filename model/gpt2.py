@@ -166,11 +166,11 @@ class GPT2:
 
 
 CACHES = ("in_place", "concat")
-LINEARS = ("custom", "course")
+LINEARS = ("course", "custom")
 
 
 def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl: str = "solutions", *,
-              attention_layer: int | None = None, cache: str = "in_place", linear: str = "custom",
+              attention_layer: int | None = None, cache: str = "in_place", linear: str = "course",
               with_tokenizer: bool = True) -> GPT2:
     """The one build: resolve, read, verify, build, load and compile a GPT-2 checkpoint.
 
@@ -179,9 +179,10 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     "steps" (the learner's files). ``attention_layer``: also return that
     layer's attention probabilities (``GPT2.attention``). ``cache``:
     "in_place" (the app's, model/kv_cache.py) or "concat" (step 07's own
-    way, kept to prove both give the same tokens). ``linear``: "custom"
-    (float32 on the CPU: model/fast_linear.py's Mojo kernel for few rows)
-    or "course" (step 04's nn.Linear everywhere, MAX's own matmul).
+    way, kept to prove both give the same tokens). ``linear``: "course"
+    (step 04's nn.Linear, MAX's own matmul; the default) or "custom" (float32
+    on the CPU: model/fast_linear.py's Mojo kernel for few rows: decode
+    1.17x faster, but every process start pays ~20-40 s, see README).
 
     Raises ``weights.WeightsError`` or ``model.device.DeviceError`` with a
     one-line message for anything the user can fix."""
@@ -215,17 +216,17 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
                 _quantized_that_ran(lm), attention_layer, store.loaded, tuple(eos), cache)
 
 
-def uses_kernels(placement: Placement, linear: str = "custom") -> bool:
+def uses_kernels(placement: Placement, linear: str = "course") -> bool:
     """Whether the build calls model/kernels' custom ops: Q8_0 always (its
     only kernel), float32 on the CPU unless ``linear="course"``."""
     return placement.dtype == "q8_0" or (placement.kind == "cpu" and placement.dtype == "float32" and linear == "custom")
 
 
 def build_lm(kit: Course, config, placement: Placement, with_attention: bool = False, cache: str = "in_place",
-             linear: str = "custom"):
+             linear: str = "course"):
     """``GPT2LMHeadModel`` built lazily (no random init: the checkpoint fills
     it), its layers chosen here: quantized Linears for a quantized placement,
-    model/fast_linear.py's for float32 on the CPU (unless ``linear="course"``),
+    model/fast_linear.py's for float32 on the CPU with ``linear="custom"``,
     step 15's attention (which keeps its probabilities) where asked, made to
     keep its cache in place (model/kv_cache.py) unless ``cache="concat"``. The
     dtype is always set explicitly: MAX's own default depends on the device
