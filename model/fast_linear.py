@@ -18,9 +18,10 @@ course's nn.Linear's (tests/test_fast_linear.py compares them, and the
 tokens of whole models built both ways).
 
 ``few_rows_linear`` is the course's ``linear`` maker (steps 04, 07, 11 take
-one), used by ``load_gpt2`` for float32 on the CPU; ``linear="course"``
-builds the model with nn.Linear instead. The kernels are CPU code: on a GPU
-the course's nn.Linear runs.
+one), used by ``load_gpt2(..., linear="custom")`` (``--linear custom``) for
+float32 on the CPU; the default builds the model with nn.Linear, because a
+graph with custom ops spends ~20-45 s at every start even from its saved
+MEF (README). The kernels are CPU code: on a GPU nn.Linear runs.
 """
 
 from __future__ import annotations
