@@ -20,8 +20,8 @@ tokens of whole models built both ways).
 ``few_rows_linear`` is the course's ``linear`` maker (steps 04, 07, 11 take
 one), used by ``load_gpt2(..., linear="custom")`` (``--linear custom``) for
 float32 on the CPU; the default builds the model with nn.Linear, because a
-graph with custom ops spends ~20-45 s at every start even from its saved
-MEF (README). The kernels are CPU code: on a GPU nn.Linear runs.
+graph with custom ops starts ~4 s slower even from its saved MEF (README).
+The kernels are CPU code: on a GPU nn.Linear runs.
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ def custom_matmul(name: str, x2, weights: list, out_dim: int):
     from max.graph import DeviceRef, TensorType
 
     out_type = TensorType(DType.float32, [x2.shape[0], out_dim], device=DeviceRef.CPU())
-    return F.custom(name, DeviceRef.CPU(), [x2, *weights], [out_type], custom_extensions=KERNELS)[0]
+    # The library is loaded once per graph, by the compile (load_gpt2 passes
+    # custom_extensions): loading it at each of a model's ~50 calls cost ~30 s
+    # at every start, even from a saved graph.
+    return F.custom(name, DeviceRef.CPU(), [x2, *weights], [out_type])[0]
 
 
 @functools.cache

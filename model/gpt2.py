@@ -182,7 +182,7 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     way, kept to prove both give the same tokens). ``linear``: "course"
     (step 04's nn.Linear, MAX's own matmul; the default) or "custom" (float32
     on the CPU: model/fast_linear.py's Mojo kernel for few rows: decode
-    1.17x faster, but every process start pays ~20-40 s, see README).
+    1.17x faster, but every process start pays ~4 s more, see README).
 
     Raises ``weights.WeightsError`` or ``model.device.DeviceError`` with a
     one-line message for anything the user can fix."""
