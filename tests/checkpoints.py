@@ -11,7 +11,7 @@ import numpy as np
 from weights.checkpoint import read_safetensors
 from weights.synthetic import copy_gpt2_tokenizer, hf_config, random_hf_state, write_checkpoint
 
-__all__ = ["copy_gpt2_tokenizer", "demo_reference", "hf_config", "random_hf_state", "reference", "reference_variant", "write_checkpoint"]
+__all__ = ["copy_gpt2_tokenizer", "demo_reference", "greedy", "hf_config", "random_hf_state", "reference", "reference_variant", "write_checkpoint"]
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 
@@ -40,3 +40,15 @@ def reference_variant(name: str, folder: Path, *, prefix: bool, lm_head: bool, b
     state = {n if n.startswith(("transformer.", "lm_head")) else "transformer." + n: a for n, a in state.items()}
     state.pop("lm_head.weight", None)
     return write_checkpoint(folder, sizes, state, prefix=prefix, lm_head=lm_head, buffers=buffers)
+
+
+def greedy(gpt2, prompt: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` greedy tokens after ``prompt`` [batch, seq], one ``step`` each:
+    the tokens [batch, n] and every step's logits [batch, n + 1, vocab]."""
+    logits, cache = gpt2.step(prompt, gpt2.empty_cache(len(prompt)))
+    tokens, steps = [], [logits]
+    for _ in range(n):
+        tokens.append(logits.argmax(-1))
+        logits, cache = gpt2.step(tokens[-1][:, None], cache)
+        steps.append(logits)
+    return np.stack(tokens, 1), np.stack(steps, 1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from checkpoints import demo_reference, reference
+from checkpoints import demo_reference, greedy, reference
 
 from model.fast_linear import FEW_ROWS
 from model.quantize import BLOCK, dequantize_q8_0, quantize_q8_0
@@ -86,13 +86,8 @@ def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
     assert np.abs(got_q8 - want_q8).max() <= tolerance * np.abs(want_q8).max()
 
 
-def greedy(gpt2, prompt: np.ndarray, n: int) -> list[int]:
-    logits, cache = gpt2.step(prompt, gpt2.empty_cache(1, prompt.shape[1] + n))
-    tokens = []
-    for _ in range(n):
-        tokens.append(int(logits[0].argmax()))
-        logits, cache = gpt2.step(np.array([[tokens[-1]]]), cache)
-    return tokens
+def greedy_tokens(gpt2, prompt: np.ndarray, n: int) -> list[int]:
+    return greedy(gpt2, prompt, n)[0][0].tolist()
 
 
 def test_custom_and_course_linear_give_the_same_tokens():
@@ -104,7 +99,7 @@ def test_custom_and_course_linear_give_the_same_tokens():
     custom = load_gpt2(folder, device="cpu", linear="custom", with_tokenizer=False)
     course = load_gpt2(folder, device="cpu", with_tokenizer=False)  # the default
     assert np.abs(custom.forward_logits(ref["ids"]) - course.forward_logits(ref["ids"])).max() <= 1e-5
-    assert greedy(custom, ref["prompt"], 12) == greedy(course, ref["prompt"], 12)
+    assert greedy_tokens(custom, ref["prompt"], 12) == greedy_tokens(course, ref["prompt"], 12)
 
 
 def q8_0_model(name: str):
@@ -125,7 +120,7 @@ def test_q8_0_greedy_tokens_equal_float32_on_trained_checkpoints(name):
     # reference continuation, which fp32 equals) on the trained checkpoints.
     gpt2, ref = q8_0_model(name)
     assert gpt2.quantized_layers == 4 * gpt2.config.n_layer + 1  # every Linear, the LM head too
-    assert greedy(gpt2, ref["prompt"], ref["greedy"].shape[1]) == ref["greedy"][0].tolist()
+    assert greedy_tokens(gpt2, ref["prompt"], ref["greedy"].shape[1]) == ref["greedy"][0].tolist()
 
 
 @pytest.mark.parametrize("name", ["tiny-2l-4h", "tiny-3l-3h"])
@@ -139,4 +134,4 @@ def test_q8_0_on_random_checkpoints_keeps_every_argmax_of_the_reference(name):
     logits = gpt2.forward_logits(ref["ids"])
     assert (logits.argmax(-1) == ref["logits"].argmax(-1)).all()
     assert np.abs(logits - ref["logits"]).max() <= 0.03 * np.abs(ref["logits"]).max()
-    assert greedy(gpt2, ref["prompt"], 3) == ref["greedy"][0, :3].tolist()
+    assert greedy_tokens(gpt2, ref["prompt"], 3) == ref["greedy"][0, :3].tolist()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from checkpoints import reference
+from checkpoints import greedy, reference
 
 from model.gpt2 import load_gpt2
 
@@ -16,16 +16,6 @@ def both():
     folder, _, ref = reference("tiny-2l-4h")
     return (load_gpt2(folder, device="cpu", with_tokenizer=False),
             load_gpt2(folder, device="cpu", cache="concat", with_tokenizer=False), ref)
-
-
-def greedy(gpt2, prompt, n):
-    logits, cache = gpt2.step(prompt, gpt2.empty_cache(len(prompt)))
-    tokens, steps = [], [logits]
-    for _ in range(n):
-        tokens.append(logits.argmax(-1))
-        logits, cache = gpt2.step(tokens[-1][:, None], cache)
-        steps.append(logits)
-    return np.stack(tokens, 1), np.stack(steps, 1)
 
 
 def test_in_place_and_concat_give_the_same_tokens(both):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from checkpoints import reference
+from checkpoints import greedy, reference
 
 from model.quantize import BLOCK, BLOCK_BYTES, ENCODINGS, SUPER, dequantize_q4_0, quantize_q4_0, quantize_q6_k
 
@@ -136,12 +136,8 @@ def test_quantized_logits_stay_close(trained):
 
 def test_quantized_greedy_starts_like_hugging_face(trained):
     gpt2, ref = trained
-    logits, cache = gpt2.step(ref["prompt"], gpt2.empty_cache(1))
-    tokens = []
-    for _ in range(GREEDY_PREFIX):
-        tokens.append(int(logits[0].argmax()))
-        logits, cache = gpt2.step(np.array([[tokens[-1]]]), cache)
-    assert tokens == ref["greedy"][0, :GREEDY_PREFIX].tolist()
+    tokens, _ = greedy(gpt2, ref["prompt"], GREEDY_PREFIX)
+    assert tokens[0].tolist() == ref["greedy"][0, :GREEDY_PREFIX].tolist()
 
 
 def test_float32_equals_hugging_face_on_the_trained_checkpoint():
