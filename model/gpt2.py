@@ -218,7 +218,7 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
 
 def uses_kernels(placement: Placement, linear: str = "course") -> bool:
     """Whether the build calls model/kernels' custom ops: Q8_0 always (its
-    only kernel), float32 on the CPU unless ``linear="course"``."""
+    only kernel), float32 on the CPU when ``linear="custom"``."""
     return placement.dtype == "q8_0" or (placement.kind == "cpu" and placement.dtype == "float32" and linear == "custom")
 
 

@@ -200,6 +200,8 @@ def quantized_linear_class():
         [padded out rows, in_dim / block * block bytes] uint8, filled by
         ``quantize_state``."""
 
+        arrays = ("weight",)  # what quantize_state fills (the bias stays float32)
+
         def __init__(self, encoding: str, in_dim: int, out_dim: int, bias: bool = True) -> None:
             super().__init__()
             fmt = ENCODINGS[encoding]
@@ -235,6 +237,7 @@ def q8_0_linear_class():
         then MAX's matmul."""
 
         encoding = "q8_0"
+        arrays = ("weight", "scales")  # what quantize_state fills: codes, scales
 
         def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
             super().__init__()
@@ -290,7 +293,8 @@ def quantized_layers(lm) -> list:
 
 
 def quantized_arrays(layer, weight: np.ndarray) -> dict[str, np.ndarray]:
-    """One layer's float32 weight [out, in] as the arrays it holds, by name."""
+    """One layer's float32 weight [out, in] as the arrays it holds (its
+    ``arrays``), by name."""
     if layer.encoding == "q8_0":
         codes, scales = quantize_q8_0(weight)
         return {"weight": codes, "scales": scales}
@@ -335,8 +339,7 @@ def saved_quantize_state(lm, state: dict[str, np.ndarray], folder) -> dict[str, 
         digest.update(f"{f.resolve()}|{info.st_size}|{info.st_mtime_ns}".encode())
     digest.update("|".join(f"{name}:{layer.encoding}" for name, layer in layers).encode())
     target = saved_graphs.cache_root() / "quantized" / digest.hexdigest()[:20]
-    names = [f"{name}.{key}" for name, layer in layers for key in (("weight", "scales") if layer.encoding == "q8_0"
-                                                                     else ("weight",))]
+    names = [f"{name}.{key}" for name, layer in layers for key in layer.arrays]
     if all((target / f"{n}.npy").is_file() for n in names):
         return {**state, **{n: np.load(target / f"{n}.npy", mmap_mode="r") for n in names}}
     out = quantize_state(lm, state)

@@ -29,6 +29,8 @@ import tempfile
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
+from model.fast_linear import KERNELS
+
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = "manifest.json"  # what MAX's MefStore writes beside the artifacts
 
@@ -58,12 +60,12 @@ def graph_name(impl: str, config, placement, options: dict) -> str:
 def sources(impl: str) -> list[Path]:
     """The Python files a built graph can depend on."""
     course = ROOT / ("solutions" if impl == "solutions" else "steps")
-    return sorted([*(ROOT / "model").glob("*.py"), *(ROOT / "model" / "kernels").glob("*.mojo"), *course.glob("*.py")])
+    return sorted([*(ROOT / "model").glob("*.py"), *(ROOT / "model" / KERNELS.name).glob("*.mojo"), *course.glob("*.py")])
 
 
 def extensions(kernels: bool) -> list[Path]:
     """The custom-op libraries a graph needs: model/kernels when it calls them."""
-    return [ROOT / "model" / "kernels"] if kernels else []
+    return [KERNELS] if kernels else []
 
 
 @dataclass
