@@ -30,7 +30,7 @@ import functools
 from pathlib import Path
 
 KERNELS = Path(__file__).resolve().parent / "kernels"  # the Mojo package MAX compiles (~15-30 s, then cached)
-FEW_ROWS = 16  # above this, MAX's matmul was as fast or faster (bench.kernels: equal at 16, 1.3x at 32)
+FEW_ROWS = 16  # python -m bench.kernels here: equal at 16 rows; at 32 MAX 1.3x faster in one run, 0.9x in another
 
 
 def few_rows_or(x, out_dim: int, kernel, otherwise):

@@ -6,9 +6,9 @@
 # weights at ~11-15 GB/s here, where llama.cpp reaches 26-36 GB/s on the same
 # 2 cores. These kernels read W once, in its stored [N, K] layout, each task
 # a contiguous band of rows, 4 rows x up to 4 input rows per tile, so every
-# weight vector loaded is used for every input row (model/fast_linear.py
-# measures and chooses: they are used for up to FEW_ROWS rows, MAX's own
-# matmul above that).
+# weight vector loaded is used for every input row. model/fast_linear.py
+# calls them for up to FEW_ROWS rows and MAX's own matmul above that;
+# `python -m bench.kernels` measures both.
 #
 #   few_rows_matmul_f32   x [M, K] f32, W [N, K] f32             -> y [M, N] f32
 #   few_rows_matmul_q8_0  x [M, K] f32, W codes [N, K] int8,
