@@ -12,15 +12,27 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from max import tree
+from max.dtype import DType
+from max.experimental import nn
 from max.experimental.tensor import Tensor
 from max.nn.kv_cache import KVCacheInputsPerDevice
 from max.pipelines.architectures.llama3_modulev3.batch_processor import Llama3ModuleV3BatchProcessor
 from max.pipelines.context import TextContext
 from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
 
+from model import saved_graphs
+from model.fast_linear import few_rows_linear
 from serve.model_config import GPT2ServeConfig
 from serve.network import GPT2Ragged
 from serve.weight_adapters import gpt2_state
+
+
+def uses_kernels(config: GPT2ServeConfig) -> bool:
+    """float32 on the CPU runs its Linear layers on model/kernels' few-rows
+    op, as ``generate --linear custom`` does: a decode step of a few requests
+    is a few rows, where MAX's own matmul streams the weights slowest
+    (README, Serving). A GPU keeps nn.Linear: the kernels are CPU code."""
+    return config.devices[0].is_cpu() and config.dtype == DType.float32
 
 
 class GPT2EngineModule(GPT2Ragged):
@@ -29,8 +41,16 @@ class GPT2EngineModule(GPT2Ragged):
     does); same parameter names, so the same weights."""
 
     def __init__(self, config: GPT2ServeConfig) -> None:
-        super().__init__(config.gpt2, config.kv_params)
+        self.kernels = uses_kernels(config)
+        super().__init__(config.gpt2, config.kv_params, few_rows_linear if self.kernels else nn.Linear)
         self.engine_kv_params = config.kv_params
+
+    def compile(self, *input_types, **options):
+        # The engine compiles the module itself (ModuleV3PipelineModelWithKVCache.load_model);
+        # the kernels' library is named here, once per graph, as load_gpt2 does.
+        if self.kernels:
+            options["custom_extensions"] = [*options.get("custom_extensions", ()), *saved_graphs.extensions(True)]
+        return super().compile(*input_types, **options)
 
     def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
                 *kv_inputs: Tensor) -> ModuleV3Outputs:

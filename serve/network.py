@@ -89,12 +89,12 @@ class PagedAttention(nn.Module):
 class RaggedBlock(nn.Module):
     """Step 09's block with the paged attention; names as in checkpoints."""
 
-    def __init__(self, config, kv_params: KVCacheParams, layer_idx: int) -> None:
+    def __init__(self, config, kv_params: KVCacheParams, layer_idx: int, linear=nn.Linear) -> None:
         super().__init__()
         self.ln_1 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
-        self.attn = PagedAttention(config, kv_params, layer_idx)
+        self.attn = PagedAttention(config, kv_params, layer_idx, linear)
         self.ln_2 = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
-        self.mlp = GPT2MLP(config)
+        self.mlp = GPT2MLP(config, linear)
 
     def forward(self, x: Tensor, kv: PagedCacheValues, input_row_offsets: Tensor) -> Tensor:
         x = pre_norm_residual(x, self.ln_1, lambda h: self.attn(h, kv, input_row_offsets))
@@ -104,22 +104,26 @@ class RaggedBlock(nn.Module):
 class RaggedTransformer(nn.Module):
     """Step 10's stack: wte + wpe, the blocks, ln_f."""
 
-    def __init__(self, config, kv_params: KVCacheParams) -> None:
+    def __init__(self, config, kv_params: KVCacheParams, linear=nn.Linear) -> None:
         super().__init__()
         self.wte = TokenEmbedding(config.vocab_size, config.n_embd)
         self.wpe = PositionEmbedding(config.n_positions, config.n_embd)
-        self.h = nn.ModuleList([RaggedBlock(config, kv_params, i) for i in range(config.n_layer)])
+        self.h = nn.ModuleList([RaggedBlock(config, kv_params, i, linear) for i in range(config.n_layer)])
         self.ln_f = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
 
 
 class GPT2Ragged(nn.Module):
     """Step 11's model for the engine: tokens of a ragged batch -> each
-    sequence's next-token logits [batch, vocab] (float32, as the sampler wants)."""
+    sequence's next-token logits [batch, vocab] (float32, as the sampler wants).
 
-    def __init__(self, config, kv_params: KVCacheParams) -> None:
+    ``linear`` makes every Linear layer, as in steps 04-11: nn.Linear, or
+    model/fast_linear.py's few-rows kernel (serve/model.py picks it for
+    float32 on the CPU, where a decode step of a few requests is a few rows)."""
+
+    def __init__(self, config, kv_params: KVCacheParams, linear=nn.Linear) -> None:
         super().__init__()
-        self.transformer = RaggedTransformer(config, kv_params)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)  # tied to wte on load
+        self.transformer = RaggedTransformer(config, kv_params, linear)
+        self.lm_head = linear(config.n_embd, config.vocab_size, bias=False)  # tied to wte on load
 
     def forward(self, tokens: Tensor, kv: PagedCacheValues, input_row_offsets: Tensor) -> Tensor:
         t = self.transformer
