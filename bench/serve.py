@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llama-cpp", type=Path, default=None, help="llama.cpp bin dir (default: what `pixi run llama-setup` built)")
     p.add_argument("--no-llama-cpp", action="store_true", help="measure this project's server only")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
+    p.add_argument("--linear", default="course", choices=("course", "custom"),
+                   help="python -m serve --linear: nn.Linear (course, default) or the few-rows Mojo kernel")
     p.add_argument("--serve-flag", action="append", default=[], metavar="FLAG",
                    help="pass FLAG on to max serve (repeatable), e.g. --serve-flag=--enable-in-flight-batching")
     args = p.parse_args(argv)
@@ -234,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ours = measure("max-serve", [sys.executable, "-m", "serve", "--model", str(folder), "--device", "cpu",
                                  "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window),
+                                 "--linear", args.linear,
                                  *(["--", *args.serve_flag] if args.serve_flag else [])],
                    str(folder), texts, args.max_tokens, levels, tokenizer, logs / "max-serve.log")
     llama = None

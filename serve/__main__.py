@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "this many full windows (default 8). Changing it recompiles the graph once.")
     p.add_argument("--max-length", type=int, default=None,
                    help="prompt + completion tokens per request (default: the model's n_positions)")
+    p.add_argument("--linear", default="course", choices=("course", "custom"),
+                   help="float32 on the CPU: course (default) runs the Linear layers on step 04's nn.Linear, "
+                        "custom on this project's Mojo kernel for few rows (model/fast_linear.py; measured no "
+                        "faster behind the engine at 8 and 32 clients: README, Serving)")
     p.add_argument("--dry-run", action="store_true", help="print the max serve command and exit")
     return p
 
@@ -84,7 +88,9 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     ]
     # The engine gets a local folder (resolve_model fetched a hub id already):
     # it needs no hub, and must not wait for one.
-    env = dict(os.environ, MAX_SERVE_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="1",
+    # The engine builds the model in its own process: the choice travels in
+    # the environment (serve/model.py reads it).
+    env = dict(os.environ, MAX_SERVE_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="1", GPT2_SERVE_LINEAR=args.linear,
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     return command, env
 

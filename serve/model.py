@@ -9,6 +9,7 @@ as it is (tokens, row offsets, logits count, cache inputs).
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar
 
 from max import tree
@@ -27,12 +28,20 @@ from serve.network import GPT2Ragged
 from serve.weight_adapters import gpt2_state
 
 
+LINEAR = "GPT2_SERVE_LINEAR"  # python -m serve --linear sets it for the engine's process
+
+
 def uses_kernels(config: GPT2ServeConfig) -> bool:
-    """float32 on the CPU runs its Linear layers on model/kernels' few-rows
-    op, as ``generate --linear custom`` does: a decode step of a few requests
-    is a few rows, where MAX's own matmul streams the weights slowest
-    (README, Serving). A GPU keeps nn.Linear: the kernels are CPU code."""
-    return config.devices[0].is_cpu() and config.dtype == DType.float32
+    """Whether float32 on the CPU runs its Linear layers on model/kernels'
+    few-rows op (``python -m serve --linear custom``, as ``generate --linear
+    custom``): a decode step of a few requests is a few rows, where MAX's own
+    matmul streams the weights slowest. Not the default: behind the engine it
+    measured no faster at 8 and 32 clients (README, Serving). A GPU keeps
+    nn.Linear: the kernels are CPU code."""
+    choice = os.environ.get(LINEAR, "course")
+    if choice not in ("course", "custom"):
+        raise ValueError(f"{LINEAR}={choice!r}: expected course or custom")
+    return choice == "custom" and config.devices[0].is_cpu() and config.dtype == DType.float32
 
 
 class GPT2EngineModule(GPT2Ragged):

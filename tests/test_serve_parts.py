@@ -82,3 +82,30 @@ def test_usage_errors_before_any_server(tmp_path, capsys):
     (tmp_path / "model.safetensors").write_bytes(b"")
     assert main(["--model", str(tmp_path)]) == 2
     assert "only GPT-2-architecture models are supported" in capsys.readouterr().err
+
+
+def test_the_linear_choice_reaches_the_engine(monkeypatch):
+    """`--linear` travels to the engine's process in the environment; the
+    few-rows kernel is used for float32 on the CPU only."""
+    from types import SimpleNamespace
+
+    from max.dtype import DType
+    from max.graph import DeviceRef
+
+    from serve.model import LINEAR, uses_kernels
+
+    def env(*argv):
+        args = build_parser().parse_args(["--model", "demo", "--device", "cpu", *argv])
+        args.passthrough = []
+        return serve_command(args)[1]
+
+    assert env()[LINEAR] == "course" and env("--linear", "custom")[LINEAR] == "custom"
+    cpu32 = SimpleNamespace(devices=[DeviceRef.CPU()], dtype=DType.float32)
+    gpu16 = SimpleNamespace(devices=[DeviceRef.GPU()], dtype=DType.bfloat16)
+    monkeypatch.setenv(LINEAR, "custom")
+    assert uses_kernels(cpu32) and not uses_kernels(gpu16)
+    monkeypatch.setenv(LINEAR, "course")
+    assert not uses_kernels(cpu32)
+    monkeypatch.setenv(LINEAR, "fast")
+    with pytest.raises(ValueError, match="expected course or custom"):
+        uses_kernels(cpu32)
