@@ -23,11 +23,9 @@ def gpt2_state(folder: Path, config, dtype: DType) -> dict[str, WeightData]:
     """{parameter name: WeightData} in ``dtype`` (bfloat16 on a GPU)."""
     state = {}
     for name, array in load_state(folder, config).items():
-        # A float32 file is read as zero-copy, read-only memory-mapped views;
-        # the engine takes weights through DLPack, which cannot export a
-        # read-only array in 26.7, so those are copied (once, at start).
-        if not array.flags.writeable:
-            array = array.copy()
+        # A float32 file's tensors arrive as writable copy-on-write views of
+        # the file (weights/checkpoint.py): the engine's DLPack import uses
+        # them in place (in 26.7 it cannot export a read-only array).
         data = WeightData.from_numpy(array, name)
         state[name] = data if dtype == DType.float32 else data.astype(dtype)
     return state

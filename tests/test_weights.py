@@ -9,7 +9,7 @@ import pytest
 from checkpoints import copy_gpt2_tokenizer, random_hf_state, reference, reference_variant, write_checkpoint
 
 from weights import WeightsError, load_state, load_tokenizer, read_config, resolve_model
-from weights.checkpoint import TRANSPOSED, read_safetensors
+from weights.checkpoint import TRANSPOSED, read_safetensors, to_model_names
 
 SIZES = dict(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4)
 
@@ -43,10 +43,52 @@ def test_sharded_checkpoint(tmp_path):
     np.testing.assert_array_equal(state["transformer.h.1.mlp.c_fc.weight"], hf["transformer.h.1.mlp.c_fc.weight"].T)
 
 
-def test_reader_is_zero_copy(tmp_path):
+def test_reader_is_zero_copy_and_never_writes_the_file(tmp_path):
+    """Writable copy-on-write views (MAX uses a writable array in place and
+    copies a read-only one): a write stays in this process."""
     folder = write_checkpoint(tmp_path / "m", SIZES)
-    wte = read_safetensors(folder / "model.safetensors")["transformer.wte.weight"]
-    assert not wte.flags["OWNDATA"] and not wte.flags["WRITEABLE"]
+    file = folder / "model.safetensors"
+    before = file.read_bytes()
+    wte = read_safetensors(file)["transformer.wte.weight"]
+    assert not wte.flags["OWNDATA"] and wte.flags["WRITEABLE"]
+    wte[:] = 7.0
+    assert file.read_bytes() == before
+    assert not np.any(read_safetensors(file)["transformer.wte.weight"] == 7.0)
+
+
+def test_weights_are_held_once(tmp_path):
+    """What load_state returns is in memory once: tensors the model uses as
+    stored are the file's own pages (the tied head too, under both names),
+    and a transposed tensor's source pages are let go after the copy."""
+    sizes = dict(SIZES, n_embd=256)  # c_fc.weight: 256 x 1024 float32 = 1 MiB
+    folder = write_checkpoint(tmp_path / "m", sizes)
+    raw = read_safetensors(folder / "model.safetensors")
+    source = raw["transformer.h.0.mlp.c_fc.weight"]
+    assert float(source.sum()) != 0.0  # every page of it read, so resident
+    assert resident_pages(source) > 200
+    state = to_model_names(raw, read_config(folder))
+    assert resident_pages(source) == 0
+    copied = state["transformer.h.0.mlp.c_fc.weight"]
+    assert copied.flags["OWNDATA"]
+    np.testing.assert_array_equal(copied, source.T)  # the source reads back from the file
+    wte = state["transformer.wte.weight"]
+    assert state["lm_head.weight"] is wte and np.shares_memory(wte, raw["transformer.wte.weight"])
+
+
+def resident_pages(array: np.ndarray) -> int:
+    """How many of the memory pages wholly inside ``array`` are mapped into
+    this process's memory now (counted in its RSS): bit 63 of each page's
+    entry in /proc/self/pagemap."""
+    import mmap
+
+    begin = array.__array_interface__["data"][0]
+    first = -(-begin // mmap.PAGESIZE)
+    last = (begin + array.nbytes) // mmap.PAGESIZE
+    with open("/proc/self/pagemap", "rb") as pagemap:
+        pagemap.seek(first * 8)
+        entries = np.frombuffer(pagemap.read((last - first) * 8), dtype=np.uint64)
+    return int(np.count_nonzero(entries >> np.uint64(63)))
+
 
 
 def test_reference_checkpoint_variants(tmp_path):

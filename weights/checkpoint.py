@@ -97,9 +97,35 @@ def _hf_name(name: str) -> str:
 
 
 def _float32(array: np.ndarray) -> np.ndarray:
+    """``array`` as contiguous float32: the file's own memory when it already
+    is; else a converted copy, after which the file's pages it came from are
+    let go (see _release)."""
+    source = array
     if array.dtype == np.uint16:  # bfloat16 bits: the top half of a float32
         array = (array.astype(np.uint32) << 16).view(np.float32)
-    return np.ascontiguousarray(array, dtype=np.float32)
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    if not np.shares_memory(array, source):
+        _release(source)
+    return array
+
+
+def _release(view: np.ndarray) -> None:
+    """Drop the pages of a memory-mapped tensor from this process's resident
+    memory once it has been copied (transposed, converted): else the mapping
+    keeps them as long as any other tensor of the file is in use, and the
+    process holds those weights twice. Only pages wholly inside the tensor
+    are dropped; they were only read, so they come back from the file if
+    ever touched again."""
+    mapping = view  # views -> np.frombuffer's memoryview -> the mmap
+    while mapping is not None and not isinstance(mapping, mmap.mmap):
+        mapping = mapping.obj if isinstance(mapping, memoryview) else getattr(mapping, "base", None)
+    if mapping is None or not hasattr(mapping, "madvise"):
+        return
+    begin = view.__array_interface__["data"][0] - np.frombuffer(mapping, np.uint8, 1).__array_interface__["data"][0]
+    first = -(-begin // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = (begin + view.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -126,6 +152,11 @@ def read_safetensors_folder(folder: Path) -> dict[str, np.ndarray]:
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """Zero-copy numpy views of a safetensors file (memory-mapped).
 
+    The mapping is copy-on-write: the views are writable, as MAX's DLPack
+    import needs to use an array's memory in place (it copies a read-only
+    one, and a tied head would be copied twice); nothing here writes to
+    them, and no write could ever reach the file.
+
     The format: an 8-byte little-endian header length, a JSON header mapping
     each name to its dtype, shape and byte range, then the raw data."""
     try:
@@ -138,7 +169,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
             if header_len > size - 8:
                 raise WeightsError(f"{path}: truncated or not a safetensors file (header runs past the end)")
             header = json.loads(f.read(header_len))
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size else b""
     except FileNotFoundError:
         raise WeightsError(f"{path}: not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
