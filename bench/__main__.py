@@ -69,17 +69,18 @@ LONG_CONTEXT = 896  # decode tokens 896-1024 of GPT-2's 1024-token window
 
 
 def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,
-                 prefill=(16, 512), batches=(1, 8), long_context: int = LONG_CONTEXT) -> dict:
+                 prefill=(16, 512), batches=(1, 8), long_context: int = LONG_CONTEXT, linear: str = "course") -> dict:
     from model.gpt2 import load_gpt2
 
     start = time.perf_counter()
-    gpt2 = load_gpt2(folder, device=device, dtype=dtype, with_tokenizer=False)
+    gpt2 = load_gpt2(folder, device=device, dtype=dtype, linear=linear, with_tokenizer=False)
     load_s = time.perf_counter() - start
     vocab = gpt2.config.vocab_size
     rng = np.random.default_rng(0)
     first = rng.integers(0, vocab, (1, prefill[0]))
     gpt2.step(first, gpt2.empty_cache(1))
-    out = {"impl": "max", "dtype": dtype, "device": gpt2.placement.kind, "compile_s": gpt2.compile_seconds,
+    out = {"impl": "max", "dtype": dtype, "device": gpt2.placement.kind, "linear": linear,
+           "compile_s": gpt2.compile_seconds,
            "load_s": load_s, "start_to_first_token_s": time.perf_counter() - PROCESS_START,
            "prefill_ms": {}, "decode_tok_s": {}}
     for n in prefill:
@@ -107,11 +108,12 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
     return out
 
 
-def measure_ours_in_child(folder: Path, dtype: str, device: str, reps: int, new_tokens: int) -> dict:
+def measure_ours_in_child(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,
+                          linear: str = "course") -> dict:
     """``measure_ours`` in a fresh process: start-to-first-token and peak
     memory are per process, so each precision gets its own."""
     args = ["--worker", dtype, "--model", str(folder), "--device", device, "--reps", str(reps),
-            "--new-tokens", str(new_tokens)]
+            "--new-tokens", str(new_tokens), "--linear", linear]
     done = subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, cwd=HERE.parent,
                           env=dict(os.environ))
     if done.returncode != 0:
@@ -136,7 +138,7 @@ def cold_compile_seconds(folder: Path, dtype: str) -> float:
 
 def measure_hf(python: str, folder: Path, reps: int, new_tokens: int) -> dict:
     done = subprocess.run([python, str(HERE / "hf_baseline.py"), str(folder), "--reps", str(reps),
-                           "--new-tokens", str(new_tokens)], capture_output=True, text=True, env=dict(os.environ))
+                           "--new-tokens", str(new_tokens), "--linear", linear], capture_output=True, text=True, env=dict(os.environ))
     if done.returncode != 0:
         raise RuntimeError((done.stderr.strip().splitlines() or ["failed"])[-1])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -175,7 +177,8 @@ def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) ->
     by_precision = {r["dtype"]: r for r in llama}
     lines = []
     for r in ours:
-        lines.append(f"this project, {r['dtype']} on {r['device']} (compile {r['compile_s']:.1f} s"
+        kernel = ", Linear on the few-rows kernel" if r.get("linear") == "custom" and r["dtype"] == "float32" else ""
+        lines.append(f"this project, {r['dtype']} on {r['device']}{kernel} (compile {r['compile_s']:.1f} s"
                      + (f", cold {r['cold_compile_s']:.1f} s" if "cold_compile_s" in r else "")
                      + f"; start to first token {r['start_to_first_token_s']:.1f} s)")
     columns = [(f"max {r['dtype']}", r) for r in ours] + [("hf float32", hf)]
@@ -220,10 +223,14 @@ def main(argv: list[str] | None = None) -> int:
                         "(or GPT2_MAX_LLAMA_CPP; default: what `python -m bench.llama_cpp setup` built, if it did)")
     p.add_argument("--cold-compile", action="store_true", help="also time a compile with an empty MAX cache")
     p.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
+    p.add_argument("--linear", default="course", choices=["course", "custom"],
+                   help="float32 on the CPU: nn.Linear (course, the app's default) or this project's few-rows "
+                        "Mojo kernel (custom, `generate --linear custom`)")
     p.add_argument("--worker", metavar="DTYPE", help=argparse.SUPPRESS)  # one precision, JSON on stdout
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(measure_ours(Path(args.model), args.worker, args.device, args.reps, args.new_tokens)))
+        print(json.dumps(measure_ours(Path(args.model), args.worker, args.device, args.reps, args.new_tokens,
+                                      linear=args.linear)))
         return 0
     if args.model:
         from weights import resolve_model
@@ -239,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ours, failed = [], []
     for dtype in args.dtypes:
         try:
-            result = measure_ours_in_child(folder, dtype, args.device, args.reps, args.new_tokens)
+            result = measure_ours_in_child(folder, dtype, args.device, args.reps, args.new_tokens, args.linear)
             if args.cold_compile:
                 result["cold_compile_s"] = cold_compile_seconds(folder, dtype)
         except RuntimeError as exc:  # one precision failing must not lose the others

@@ -30,7 +30,7 @@ def graph(kind: str, rows: int, shapes):
     from max.dtype import DType
     from max.graph import DeviceRef, Graph, TensorType, ops
 
-    from model.fast_linear import KERNELS
+    from model.fast_linear import kernel_library
 
     cpu = DeviceRef.CPU()
     types = [TensorType(DType.float32, [rows, shapes[0][1]], device=cpu)]
@@ -41,7 +41,7 @@ def graph(kind: str, rows: int, shapes):
         else:
             types.append(TensorType(DType.float32, [out_dim, in_dim], device=cpu))
     per = 2 if kind == "q8_0" else 1
-    with Graph(f"bench_{kind}", input_types=types, custom_extensions=[KERNELS]) as g:
+    with Graph(f"bench_{kind}", input_types=types, custom_extensions=[kernel_library()]) as g:
         x, *w = g.inputs
         h, outs = x, []
         for i, (out_dim, _) in enumerate(shapes):
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     from max.driver import CPU
     from max.engine import InferenceSession
 
-    from model.fast_linear import KERNELS
+    from model.fast_linear import kernel_library
     from model.quantize import dequantize_q8_0, quantize_q8_0
 
     rng = np.random.default_rng(0)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     made = [rng.standard_normal(s, dtype=np.float32) for s in SHAPES[:distinct]]
     dense = [made[i % distinct] for i in range(len(SHAPES))]
     q8 = [quantize_q8_0(w) for w in dense]
-    session = InferenceSession(devices=[CPU()], custom_extensions=[KERNELS])
+    session = InferenceSession(devices=[CPU()], custom_extensions=[kernel_library()])
     weights = {"f32": (dense, sum(w.nbytes for w in dense)), "max": (dense, sum(w.nbytes for w in dense)),
                "q8_0": ([a for pair in q8 for a in pair], sum(c.nbytes + d.nbytes for c, d in q8))}
     q8_dense = [dequantize_q8_0(c, d) for c, d in q8]

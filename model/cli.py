@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--linear", default="course", choices=("course", "custom"),
                    help="float32 on the CPU: course = step 04's nn.Linear (MAX's matmul); custom = this project's "
                         "Mojo kernel for few rows (model/fast_linear.py: decoding ~1.2x faster, but each start "
-                        "loads the kernel library, ~4 s more per start) (default: course)")
+                        "loads the kernel library, ~1-1.5 s more per start) (default: course)")
     p.add_argument("--impl", default="solutions", choices=("solutions", "steps"),
                    help="which code builds the model: the reference solutions, or your own steps/ files")
     output = p.add_mutually_exclusive_group()

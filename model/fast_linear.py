@@ -20,16 +20,21 @@ tokens of whole models built both ways).
 ``few_rows_linear`` is the course's ``linear`` maker (steps 04, 07, 11 take
 one), used by ``load_gpt2(..., linear="custom")`` (``--linear custom``) for
 float32 on the CPU; the default builds the model with nn.Linear, because a
-graph with custom ops starts ~4 s slower even from its saved MEF (README).
+graph with custom ops starts ~1-1.5 s slower even from its saved MEF (README).
 The kernels are CPU code: on a GPU nn.Linear runs.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
-KERNELS = Path(__file__).resolve().parent / "kernels"  # the Mojo package MAX compiles (~15-30 s, then cached)
+KERNELS = Path(__file__).resolve().parent / "kernels"  # the Mojo package: kernel_library() compiles it (~2 s)
 FEW_ROWS = 16  # python -m bench.kernels here: equal at 16 rows; at 32 MAX 1.3x faster in one run, 0.9x in another
 
 
@@ -59,16 +64,47 @@ def outside_branches(weight):
 
 
 def custom_matmul(name: str, x2, weights: list, out_dim: int):
-    """Call one of model/kernels' ops: [rows, in] -> [rows, out_dim] float32."""
+    """Call one of model/kernels' ops: [rows, in] -> [rows, out_dim] float32.
+    The call names the compiled library, so any graph (the app's, the
+    server's, a test's) that uses the op can be compiled as it is."""
     from max.dtype import DType
     from max.experimental import functional as F
     from max.graph import DeviceRef, TensorType
 
     out_type = TensorType(DType.float32, [x2.shape[0], out_dim], device=DeviceRef.CPU())
-    # The library is loaded once per graph, by the compile (load_gpt2 passes
-    # custom_extensions): loading it at each of a model's ~50 calls cost ~30 s
-    # at every start, even from a saved graph.
-    return F.custom(name, DeviceRef.CPU(), [x2, *weights], [out_type])[0]
+    return F.custom(name, DeviceRef.CPU(), [x2, *weights], [out_type], custom_extensions=[kernel_library()])[0]
+
+
+def kernel_library() -> Path:
+    """model/kernels compiled into a Mojo library (.mojoc), once per version
+    of its sources and of MAX, kept in this project's cache folder.
+
+    Why: handed the source folder, MAX runs ``mojo precompile`` on it (~2 s
+    here) at every session and every call that names it: 30-47 s of every
+    start for a model's ~50 calls. Handed a .mojoc, it loads it once."""
+    from model.saved_graphs import cache_root
+
+    digest = hashlib.sha256(importlib.metadata.version("max").encode())
+    for path in sorted(KERNELS.glob("*.mojo")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    library = cache_root() / "kernels" / f"kernels_{digest.hexdigest()[:20]}.mojoc"
+    if library.is_file():
+        return library
+    from mojo.run import subprocess_run_mojo
+
+    # Built under its final file name (the compiler takes the library's
+    # module name from it), in a folder of this process, then moved into
+    # place: two processes building at once both succeed.
+    library.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=library.parent)) / library.name
+    try:
+        done = subprocess_run_mojo(["precompile", str(KERNELS), "-o", str(staging)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"mojo precompile {KERNELS} failed (exit {done.returncode}):\n{done.stderr}")
+        os.replace(staging, library)
+    finally:
+        shutil.rmtree(staging.parent, ignore_errors=True)
+    return library
 
 
 @functools.cache

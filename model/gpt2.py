@@ -182,7 +182,7 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     way, kept to prove both give the same tokens). ``linear``: "course"
     (step 04's nn.Linear, MAX's own matmul; the default) or "custom" (float32
     on the CPU: model/fast_linear.py's Mojo kernel for few rows: decode
-    1.17x faster, but every process start pays ~4 s more, see README).
+    1.17x faster, but every process start pays ~1-1.5 s more, see README).
 
     Raises ``weights.WeightsError`` or ``model.device.DeviceError`` with a
     one-line message for anything the user can fix."""
@@ -208,9 +208,9 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     kernels = uses_kernels(placement, linear)
     name = saved_graphs.graph_name(impl, config, placement,
                                    {"attention_layer": attention_layer, "cache": cache, "kernels": kernels})
-    store = saved_graphs.store_for(name, placement.max_device(), kernels)
+    store = saved_graphs.store_for(name, placement.max_device())
     graph = (InPlaceGraph if cache == "in_place" else ConcatGraph)(lm, attention_layer)
-    compiled, seconds = _compile(graph, config, placement, state, store, cache, kernels)
+    compiled, seconds = _compile(graph, config, placement, state, store, cache)
     eos = read_eos_token_ids(folder) or ([tokenizer.eos_token_id] if tokenizer is not None else [])
     return GPT2(config, placement, compiled, seconds, tokenizer, str(folder), impl,
                 _quantized_that_ran(lm), attention_layer, store.loaded, tuple(eos), cache)
@@ -306,8 +306,7 @@ def InPlaceGraph(lm, attention_layer: int | None):
     return GPT2InPlaceGraph()
 
 
-def _compile(graph, config, placement: Placement, state: dict, store: saved_graphs.Store, cache: str,
-             kernels: bool = False):
+def _compile(graph, config, placement: Placement, state: dict, store: saved_graphs.Store, cache: str):
     """Compile ``graph`` for ``placement`` with the checkpoint ``state`` (or
     load it from ``store``'s saved MEF); returns (compiled, seconds)."""
     from max.dtype import DType
@@ -335,7 +334,7 @@ def _compile(graph, config, placement: Placement, state: dict, store: saved_grap
     try:
         compiled = graph.compile(ids_type, positions_type, *cache_types,
                                  weights=weights, auto_cast=placement.dtype == "bfloat16", name=store.name,
-                                 session=store.session, custom_extensions=saved_graphs.extensions(kernels))
+                                 session=store.session)
     except BaseException:
         store.discard()
         raise

@@ -63,40 +63,6 @@ def sources(impl: str) -> list[Path]:
     return sorted([*(ROOT / "model").glob("*.py"), *(ROOT / "model" / KERNELS.name).glob("*.mojo"), *course.glob("*.py")])
 
 
-def extensions(kernels: bool) -> list[Path]:
-    """The custom-op libraries a graph needs: model/kernels when it calls them."""
-    return [kernel_library()] if kernels else []
-
-
-def kernel_library() -> Path:
-    """model/kernels compiled into a Mojo library (.mojoc), once per version
-    of its sources and of MAX.
-
-    Why: handed the source folder, MAX runs ``mojo precompile`` on it (~2 s
-    here) every time: for the session and again for the graph, ~4 s of every
-    start. Handed a .mojoc, it just loads it."""
-    digest = hashlib.sha256(importlib.metadata.version("max").encode())
-    for path in sorted(KERNELS.glob("*.mojo")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    library = cache_root() / "kernels" / f"kernels_{digest.hexdigest()[:20]}.mojoc"
-    if library.is_file():
-        return library
-    from mojo.run import subprocess_run_mojo
-
-    # Built under its final file name (the compiler takes the library's
-    # module name from it), in a folder of this process, then moved into
-    # place: two processes building at once both succeed.
-    staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=_mkdir(library.parent))) / library.name
-    try:
-        done = subprocess_run_mojo(["precompile", str(KERNELS), "-o", str(staging)], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"mojo precompile {KERNELS} failed (exit {done.returncode}):\n{done.stderr}")
-        os.replace(staging, library)
-    finally:
-        shutil.rmtree(staging.parent, ignore_errors=True)
-    return library
-
-
 @dataclass
 class Store:
     """Where one graph's MEF is loaded from or saved to.
@@ -125,7 +91,7 @@ class Store:
             shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def store_for(name: str, device, kernels: bool = False) -> Store:
+def store_for(name: str, device) -> Store:
     """Load ``name``'s saved MEF if there is one, else save it when compiled."""
     if not enabled():
         return Store(name)
@@ -133,12 +99,11 @@ def store_for(name: str, device, kernels: bool = False) -> Store:
 
     folder = cache_root() / "graphs" / name
     if (folder / MANIFEST).is_file():
-        # A saved graph carries its compiled kernels: the session needs no
-        # library (only the graph's tracing does, to check the calls).
+        # A saved graph carries its compiled custom kernels too: the session
+        # needs no library (the graph names it: fast_linear.custom_matmul).
         return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), loaded=True)
     staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=_mkdir(cache_root() / "graphs")))
-    return Store(name, InferenceSession(devices=[device], export_mefs=staging, custom_extensions=extensions(kernels)),
-                 staging=staging)
+    return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging)
 
 
 def _mkdir(path: Path) -> Path:

@@ -21,7 +21,6 @@ from max.pipelines.architectures.llama3_modulev3.batch_processor import Llama3Mo
 from max.pipelines.context import TextContext
 from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
 
-from model import saved_graphs
 from model.fast_linear import few_rows_linear
 from serve.model_config import GPT2ServeConfig
 from serve.network import GPT2Ragged
@@ -50,16 +49,8 @@ class GPT2EngineModule(GPT2Ragged):
     does); same parameter names, so the same weights."""
 
     def __init__(self, config: GPT2ServeConfig) -> None:
-        self.kernels = uses_kernels(config)
-        super().__init__(config.gpt2, config.kv_params, few_rows_linear if self.kernels else nn.Linear)
+        super().__init__(config.gpt2, config.kv_params, few_rows_linear if uses_kernels(config) else nn.Linear)
         self.engine_kv_params = config.kv_params
-
-    def compile(self, *input_types, **options):
-        # The engine compiles the module itself (ModuleV3PipelineModelWithKVCache.load_model);
-        # the kernels' library is named here, once per graph, as load_gpt2 does.
-        if self.kernels:
-            options["custom_extensions"] = [*options.get("custom_extensions", ()), *saved_graphs.extensions(True)]
-        return super().compile(*input_types, **options)
 
     def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
                 *kv_inputs: Tensor) -> ModuleV3Outputs:

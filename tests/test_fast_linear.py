@@ -41,7 +41,7 @@ def layers():
     from max.experimental import nn
     from max.graph import TensorType
 
-    from model.fast_linear import KERNELS, few_rows_linear
+    from model.fast_linear import few_rows_linear
     from model.quantize import quantized_linear
 
     rng = np.random.default_rng(1)
@@ -63,7 +63,7 @@ def layers():
     with F.lazy():
         both = Both()
     types = [TensorType(DType.float32, ["batch", "seq", width], device=CPU()) for width in (48, 128)]
-    compiled = both.compile(*types, weights=arrays, custom_extensions=[KERNELS])
+    compiled = both.compile(*types, weights=arrays)
     return compiled, arrays, dequantize_q8_0(arrays["q8.weight"], arrays["q8.scales"])
 
 
@@ -135,3 +135,23 @@ def test_q8_0_on_random_checkpoints_keeps_every_argmax_of_the_reference(name):
     assert (logits.argmax(-1) == ref["logits"].argmax(-1)).all()
     assert np.abs(logits - ref["logits"]).max() <= 0.03 * np.abs(ref["logits"]).max()
     assert greedy_tokens(gpt2, ref["prompt"], 3) == ref["greedy"][0, :3].tolist()
+
+
+def test_the_kernel_library_is_compiled_once_per_source(tmp_path, monkeypatch):
+    """model/kernels is precompiled into one .mojoc named by its sources (MAX
+    would run `mojo precompile` at every session and call given the folder)."""
+    from model import fast_linear
+
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
+    library = fast_linear.kernel_library()
+    assert library.suffix == ".mojoc" and library.parent == tmp_path / "kernels" and library.stat().st_size > 1000
+    built = library.stat().st_mtime_ns
+    assert fast_linear.kernel_library() == library and library.stat().st_mtime_ns == built  # reused, not rebuilt
+    assert [p.name for p in library.parent.iterdir()] == [library.name]  # no staging folder left
+    kernels = tmp_path / "src"  # another version of the sources gets another library
+    kernels.mkdir()
+    for source in fast_linear.KERNELS.glob("*.mojo"):
+        (kernels / source.name).write_text(source.read_text() + "\n# changed\n")
+    monkeypatch.setattr(fast_linear, "KERNELS", kernels)
+    other = fast_linear.kernel_library()
+    assert other != library and other.is_file()

@@ -77,24 +77,3 @@ def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, monkeypatch):
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
     load_gpt2(folder, device="cpu", dtype="q4_0", with_tokenizer=False)
     assert len(list((tmp_path / "cache" / "quantized").iterdir())) == 2
-
-
-def test_the_kernel_library_is_compiled_once_per_source(tmp_path, monkeypatch):
-    """model/kernels is precompiled into one .mojoc named by its sources (MAX
-    would run `mojo precompile` at every session and graph given the folder)."""
-    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
-    library = saved_graphs.kernel_library()
-    assert library.suffix == ".mojoc" and library.parent == tmp_path / "kernels"
-    assert library.read_bytes()[:4] != b"\0\0\0\0" and library.stat().st_size > 1000
-    built = library.stat().st_mtime_ns
-    assert saved_graphs.kernel_library() == library and library.stat().st_mtime_ns == built  # reused, not rebuilt
-    assert [p.name for p in library.parent.iterdir()] == [library.name]  # no staging folder left
-    assert saved_graphs.extensions(True) == [library] and saved_graphs.extensions(False) == []
-    # Another version of the sources gets another library.
-    kernels = tmp_path / "src"
-    kernels.mkdir()
-    for source in saved_graphs.KERNELS.glob("*.mojo"):
-        (kernels / source.name).write_text(source.read_text() + "\n# changed\n")
-    monkeypatch.setattr(saved_graphs, "KERNELS", kernels)
-    other = saved_graphs.kernel_library()
-    assert other != library and other.is_file()
