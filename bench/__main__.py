@@ -69,7 +69,7 @@ LONG_CONTEXT = 896  # decode tokens 896-1024 of GPT-2's 1024-token window
 
 
 def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,
-                 prefill=(16, 512), batches=(1, 8), long_context: int = LONG_CONTEXT, linear: str = "course") -> dict:
+                 prefill=(16, 512), batches=(1, 8), long_context: int = LONG_CONTEXT, linear: str = "custom") -> dict:
     from model.gpt2 import load_gpt2
 
     start = time.perf_counter()
@@ -109,7 +109,7 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
 
 
 def measure_ours_in_child(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,
-                          linear: str = "course") -> dict:
+                          linear: str = "custom") -> dict:
     """``measure_ours`` in a fresh process: start-to-first-token and peak
     memory are per process, so each precision gets its own."""
     args = ["--worker", dtype, "--model", str(folder), "--device", device, "--reps", str(reps),
@@ -223,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(or GPT2_MAX_LLAMA_CPP; default: what `python -m bench.llama_cpp setup` built, if it did)")
     p.add_argument("--cold-compile", action="store_true", help="also time a compile with an empty MAX cache")
     p.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
-    p.add_argument("--linear", default="course", choices=["course", "custom"],
-                   help="float32 on the CPU: nn.Linear (course, the app's default) or this project's few-rows "
-                        "Mojo kernel (custom, `generate --linear custom`)")
+    p.add_argument("--linear", default="custom", choices=["course", "custom"],
+                   help="float32 on the CPU: this project's few-rows Mojo kernel (custom, the app's default) "
+                        "or step 04's nn.Linear (course, `generate --linear course`)")
     p.add_argument("--worker", metavar="DTYPE", help=argparse.SUPPRESS)  # one precision, JSON on stdout
     args = p.parse_args(argv)
     if args.worker:

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="checkpoint folder (default: the bench's random gpt2)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--steps", type=int, default=64)
-    p.add_argument("--linear", choices=("course", "custom"), default="course",
+    p.add_argument("--linear", choices=("course", "custom"), default="custom",
                    help="custom: the project's few-rows kernels (model/fast_linear.py); course: nn.Linear")
     args = p.parse_args(argv)
     from bench.__main__ import random_checkpoint

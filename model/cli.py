@@ -56,10 +56,10 @@ def parser() -> argparse.ArgumentParser:
                         "weights on the CPU, ~3x faster decoding, text close to but not equal to float32's; q8_0: 8-bit "
                         "weights on this project's kernel, greedy text equal to float32's on trained models "
                         "(default: auto)")
-    p.add_argument("--linear", default="course", choices=("course", "custom"),
-                   help="float32 on the CPU: course = step 04's nn.Linear (MAX's matmul); custom = this project's "
-                        "Mojo kernel for few rows (model/fast_linear.py: decoding ~1.2x faster, but each start "
-                        "loads the kernel library, ~1-1.5 s more per start) (default: course)")
+    p.add_argument("--linear", default="custom", choices=("course", "custom"),
+                   help="float32 on the CPU: custom = this project's Mojo kernel for few rows "
+                        "(model/fast_linear.py: decoding ~1.2x faster than MAX's matmul); course = step 04's "
+                        "nn.Linear (MAX's matmul) (default: custom)")
     p.add_argument("--impl", default="solutions", choices=("solutions", "steps"),
                    help="which code builds the model: the reference solutions, or your own steps/ files")
     output = p.add_mutually_exclusive_group()

@@ -18,10 +18,9 @@ course's nn.Linear's (tests/test_fast_linear.py compares them, and the
 tokens of whole models built both ways).
 
 ``few_rows_linear`` is the course's ``linear`` maker (steps 04, 07, 11 take
-one), used by ``load_gpt2(..., linear="custom")`` (``--linear custom``) for
-float32 on the CPU; the default builds the model with nn.Linear, because a
-graph with custom ops starts ~1-1.5 s slower even from its saved MEF (README).
-The kernels are CPU code: on a GPU nn.Linear runs.
+one), used by ``load_gpt2`` for float32 on the CPU (``linear="custom"``,
+the default; ``--linear course`` builds step 04's nn.Linear instead). The
+kernels are CPU code: on a GPU nn.Linear runs.
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ LINEARS = ("course", "custom")
 
 
 def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl: str = "solutions", *,
-              attention_layer: int | None = None, cache: str = "in_place", linear: str = "course",
+              attention_layer: int | None = None, cache: str = "in_place", linear: str = "custom",
               with_tokenizer: bool = True) -> GPT2:
     """The one build: resolve, read, verify, build, load and compile a GPT-2 checkpoint.
 
@@ -179,10 +179,10 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     "steps" (the learner's files). ``attention_layer``: also return that
     layer's attention probabilities (``GPT2.attention``). ``cache``:
     "in_place" (the app's, model/kv_cache.py) or "concat" (step 07's own
-    way, kept to prove both give the same tokens). ``linear``: "course"
-    (step 04's nn.Linear, MAX's own matmul; the default) or "custom" (float32
-    on the CPU: model/fast_linear.py's Mojo kernel for few rows: decode
-    1.17x faster, but every process start pays ~1-1.5 s more, see README).
+    way, kept to prove both give the same tokens). ``linear``: "custom"
+    (the default; float32 on the CPU: model/fast_linear.py's Mojo kernel for
+    few rows, decode ~1.17x faster; elsewhere it changes nothing) or "course"
+    (step 04's nn.Linear everywhere, MAX's own matmul).
 
     Raises ``weights.WeightsError`` or ``model.device.DeviceError`` with a
     one-line message for anything the user can fix."""
@@ -209,21 +209,29 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     name = saved_graphs.graph_name(impl, config, placement,
                                    {"attention_layer": attention_layer, "cache": cache, "kernels": kernels})
     store = saved_graphs.store_for(name, placement.max_device())
-    graph = (InPlaceGraph if cache == "in_place" else ConcatGraph)(lm, attention_layer)
-    compiled, seconds = _compile(graph, config, placement, state, store, cache)
+    weights = {"lm." + name: array for name, array in state.items()}
+    start = time.perf_counter()
+    if store.loaded:  # run the saved graph as it is: no tracing
+        compiled, quantized = store.run(weights), store.facts["quantized_layers"]
+    else:
+        graph = (InPlaceGraph if cache == "in_place" else ConcatGraph)(lm, attention_layer)
+        compiled = _compile(graph, config, placement, weights, store, cache)
+        quantized = _quantized_that_ran(lm)
+        store.keep({"quantized_layers": quantized})
+    seconds = time.perf_counter() - start
     eos = read_eos_token_ids(folder) or ([tokenizer.eos_token_id] if tokenizer is not None else [])
     return GPT2(config, placement, compiled, seconds, tokenizer, str(folder), impl,
-                _quantized_that_ran(lm), attention_layer, store.loaded, tuple(eos), cache)
+                quantized, attention_layer, store.loaded, tuple(eos), cache)
 
 
-def uses_kernels(placement: Placement, linear: str = "course") -> bool:
+def uses_kernels(placement: Placement, linear: str = "custom") -> bool:
     """Whether the build calls model/kernels' custom ops: Q8_0 always (its
     only kernel), float32 on the CPU when ``linear="custom"``."""
     return placement.dtype == "q8_0" or (placement.kind == "cpu" and placement.dtype == "float32" and linear == "custom")
 
 
 def build_lm(kit: Course, config, placement: Placement, with_attention: bool = False, cache: str = "in_place",
-             linear: str = "course"):
+             linear: str = "custom"):
     """``GPT2LMHeadModel`` built lazily (no random init: the checkpoint fills
     it), its layers chosen here: quantized Linears for a quantized placement,
     model/fast_linear.py's for float32 on the CPU with ``linear="custom"``,
@@ -306,9 +314,9 @@ def InPlaceGraph(lm, attention_layer: int | None):
     return GPT2InPlaceGraph()
 
 
-def _compile(graph, config, placement: Placement, state: dict, store: saved_graphs.Store, cache: str):
-    """Compile ``graph`` for ``placement`` with the checkpoint ``state`` (or
-    load it from ``store``'s saved MEF); returns (compiled, seconds)."""
+def _compile(graph, config, placement: Placement, weights: dict, store: saved_graphs.Store, cache: str):
+    """Trace ``graph`` and compile it for ``placement`` with ``weights``
+    (saving its MEF through ``store``)."""
     from max.dtype import DType
     from max.graph import TensorType
 
@@ -326,11 +334,10 @@ def _compile(graph, config, placement: Placement, state: dict, store: saved_grap
     else:
         kv = TensorType(placement.max_dtype(), ["batch", config.n_head, "past", config.head_dim], device=device)
         cache_types = [kv] * (2 * config.n_layer)
-    weights = {"lm." + name: array for name, array in state.items()}
     start = time.perf_counter()
-    if not store.loaded:  # a minute of silence looks like a hang: say what is happening
-        print("compiling the model graph (about a minute the first time on 2 cores; saved for later runs) ...",
-              file=sys.stderr, flush=True)
+    # a minute of silence looks like a hang: say what is happening
+    print("compiling the model graph (about a minute the first time on 2 cores; saved for later runs) ...",
+          file=sys.stderr, flush=True)
     try:
         compiled = graph.compile(ids_type, positions_type, *cache_types,
                                  weights=weights, auto_cast=placement.dtype == "bfloat16", name=store.name,
@@ -338,11 +345,8 @@ def _compile(graph, config, placement: Placement, state: dict, store: saved_grap
     except BaseException:
         store.discard()
         raise
-    store.keep()
-    seconds = time.perf_counter() - start
-    if not store.loaded:
-        print(f"compiled in {seconds:.1f} s", file=sys.stderr, flush=True)
-    return compiled, seconds
+    print(f"compiled in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return compiled
 
 
 def _quantized_that_ran(lm) -> int:

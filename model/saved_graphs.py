@@ -2,16 +2,18 @@
 
 MAX keeps its own compile cache, but even a graph it has cached took ~3-5 s
 to come back on these machines (``InferenceSession.compile``). A compiled
-graph can instead be written out as a MEF (MAX's executable format) and
-loaded back in ~0.5 s: MAX's ``MefStore`` does both, given a directory. The
-weights are not in the file; they are bound when the graph is loaded.
+graph can instead be written out as a MEF (MAX's executable format): MAX's
+``MefStore`` does that, given a directory. A saved graph is then read back
+and driven directly (``SavedGraph``: ~0.03 s, nothing traced). The weights
+are not in the file; they are bound when the graph is loaded.
 
 A MEF is only valid for exactly the graph it was compiled from, so the graph
 is *named* by a digest of everything that shapes it: the MAX version, the
 sources of the build (model/) and of the course's implementation (solutions/
 or the learner's steps/), the checkpoint's config, the placement and the
 build options. Any change to any of them gives a new name, hence a fresh
-compile; MAX's store also checks the graph's input and output types on load.
+compile. Beside the MEF, ``facts.json`` keeps what the build learnt while
+tracing (how many quantized layers the graph calls).
 
 Where: ``$GPT2_MAX_CACHE/graphs`` (default ``~/.cache/gpt2-on-max/graphs``),
 one folder per graph (~14 MB for GPT-2 124M). Delete it to free the space;
@@ -33,6 +35,7 @@ from model.fast_linear import KERNELS
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = "manifest.json"  # what MAX's MefStore writes beside the artifacts
+FACTS = "facts.json"  # what the build learnt while tracing the graph (load_gpt2)
 
 
 def cache_root() -> Path:
@@ -67,19 +70,24 @@ def sources(impl: str) -> list[Path]:
 class Store:
     """Where one graph's MEF is loaded from or saved to.
 
-    ``session`` is the InferenceSession to compile with (None: MAX's default
-    one, nothing saved); ``loaded`` says the MEF was there."""
+    ``session`` is the InferenceSession to compile with, or to run the saved
+    graph in (None: MAX's default one, nothing saved); ``loaded`` says the
+    MEF was there, with ``facts``: what the build learnt while tracing it."""
 
     name: str
     session: object = None
     loaded: bool = False
     staging: Path | None = None
+    mef: Path | None = None
+    facts: dict | None = None
 
-    def keep(self) -> None:
-        """After compiling: move the saved MEF into place, atomically (two
-        processes compiling the same graph at once both succeed; one wins)."""
+    def keep(self, facts: dict) -> None:
+        """After compiling: write ``facts`` beside the saved MEF and move both
+        into place, atomically (two processes compiling the same graph at
+        once both succeed; one wins)."""
         if self.staging is None:
             return
+        (self.staging / FACTS).write_text(json.dumps(facts))
         try:
             os.rename(self.staging, cache_root() / "graphs" / self.name)
         except OSError:
@@ -90,6 +98,29 @@ class Store:
         if self.staging is not None:
             shutil.rmtree(self.staging, ignore_errors=True)
 
+    def run(self, weights: dict) -> SavedGraph:
+        """The saved graph, loaded into ``session`` with ``weights`` bound."""
+        return SavedGraph(self.session, self.mef, weights)
+
+
+class SavedGraph:
+    """A saved graph driven directly: the same call as the compiled one
+    (Tensors in graph order in, its outputs as a list of Tensors out), but
+    nothing is traced. Tracing GPT-2 124M's graph again only to look its MEF
+    up cost ~1 s of every start, ~2 s with custom ops (MAX analyses their
+    library when a traced graph first calls one); loading the MEF and binding
+    the weights takes ~0.03 s."""
+
+    def __init__(self, session, mef: Path, weights: dict) -> None:
+        from max.engine import read
+
+        self.model = session.init(read(mef), weights_registry=weights)
+
+    def __call__(self, *args) -> list:
+        from max.experimental.tensor import Tensor
+
+        return [Tensor(storage=b) for b in self.model(*(a.driver_tensor for a in args))]
+
 
 def store_for(name: str, device) -> Store:
     """Load ``name``'s saved MEF if there is one, else save it when compiled."""
@@ -98,10 +129,11 @@ def store_for(name: str, device) -> Store:
     from max.engine import InferenceSession
 
     folder = cache_root() / "graphs" / name
-    if (folder / MANIFEST).is_file():
-        # A saved graph carries its compiled custom kernels too: the session
-        # needs no library (the graph names it: fast_linear.custom_matmul).
-        return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), loaded=True)
+    if (folder / MANIFEST).is_file() and (folder / FACTS).is_file():
+        [graph] = json.loads((folder / MANIFEST).read_text())["graphs"]
+        # The MEF carries the compiled custom kernels too: no library needed.
+        return Store(name, InferenceSession(devices=[device]), loaded=True, mef=folder / graph["key"],
+                     facts=json.loads((folder / FACTS).read_text()))
     staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=_mkdir(cache_root() / "graphs")))
     return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging)
 

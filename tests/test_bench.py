@@ -56,7 +56,7 @@ def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monk
     import bench.__main__ as bench
     from bench import llama_cpp
 
-    def fake_child(folder, dtype, device, reps, new_tokens):
+    def fake_child(folder, dtype, device, reps, new_tokens, linear="custom"):
         if dtype == "q6_k":
             raise RuntimeError("q6_k: something broke")
         return {"dtype": dtype, "device": "cpu", "compile_s": 1.0, "start_to_first_token_s": 2.0,

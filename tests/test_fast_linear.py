@@ -91,13 +91,13 @@ def greedy_tokens(gpt2, prompt: np.ndarray, n: int) -> list[int]:
 
 
 def test_custom_and_course_linear_give_the_same_tokens():
-    # The float32 CPU model on the custom kernels (--linear custom) against
-    # the default, built from step 04's nn.Linear: equal logits and greedy tokens.
+    # The float32 CPU model on the custom kernels (the default) against one
+    # built from step 04's nn.Linear (--linear course): equal logits and greedy tokens.
     from model.gpt2 import load_gpt2
 
     folder, _, ref = reference("tiny-2l-4h")
-    custom = load_gpt2(folder, device="cpu", linear="custom", with_tokenizer=False)
-    course = load_gpt2(folder, device="cpu", with_tokenizer=False)  # the default
+    custom = load_gpt2(folder, device="cpu", with_tokenizer=False)  # the default
+    course = load_gpt2(folder, device="cpu", linear="course", with_tokenizer=False)
     assert np.abs(custom.forward_logits(ref["ids"]) - course.forward_logits(ref["ids"])).max() <= 1e-5
     assert greedy_tokens(custom, ref["prompt"], 12) == greedy_tokens(course, ref["prompt"], 12)
 

@@ -3,6 +3,7 @@ MEF the first one wrote instead of compiling, and runs the same."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -25,6 +26,8 @@ def test_second_load_reads_the_saved_graph(tmp_path, monkeypatch, capsys):
     assert not first.saved_graph and second.saved_graph
     [saved] = (tmp_path / "graphs").iterdir()  # one folder, no staging left behind
     assert saved.name.startswith("gpt2_") and (saved / "manifest.json").is_file()
+    assert json.loads((saved / "facts.json").read_text()) == {"quantized_layers": 0}
+    assert type(second.compiled).__name__ == "SavedGraph"  # driven directly: nothing traced
     logits = second.forward_logits(ref["ids"])
     np.testing.assert_array_equal(logits, first.forward_logits(ref["ids"]))
     assert np.abs(logits - ref["logits"]).max() <= 1e-4
@@ -71,6 +74,7 @@ def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, monkeypatch):
     [saved] = (tmp_path / "cache" / "quantized").iterdir()
     assert len(list(saved.glob("*.npy"))) == first.quantized_layers > 0
     second = load_gpt2(folder, device="cpu", dtype="q4_0", with_tokenizer=False)
+    assert second.saved_graph and second.quantized_layers == first.quantized_layers  # kept in facts.json
     np.testing.assert_array_equal(second.forward_logits(ref["ids"]), first.forward_logits(ref["ids"]))
     # A checkpoint file that changed gets its own blocks.
     weights = folder / "model.safetensors"
