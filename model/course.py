@@ -26,6 +26,19 @@ class Course:
     GPT2AttentionWithWeights: type  # bonus step 15 (the attention map)
 
 
+def config_class(impl: str = "solutions") -> type:
+    """Step 01's GPT2Config alone: enough to read a checkpoint and name its
+    saved graph, without importing the rest of the course (and MAX's nn,
+    ~0.4 s) when a saved graph will run."""
+    if impl == "solutions":
+        from solutions.solution_01 import GPT2Config
+    elif impl == "steps":
+        from steps.step_01 import GPT2Config
+    else:
+        raise ValueError(f"impl must be one of {IMPLS}, not {impl!r}")
+    return GPT2Config
+
+
 def course(impl: str = "solutions") -> Course:
     if impl == "solutions":
         from solutions.solution_01 import GPT2Config

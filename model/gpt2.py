@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from model import saved_graphs
-from model.course import IMPLS, Course, course
+from model.course import IMPLS, Course, config_class, course
 from model.device import Placement, choose
 from model.kv_cache import Cache, in_place
 from weights import load_state, load_tokenizer, read_config, read_eos_token_ids, resolve_model
@@ -192,28 +192,32 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
         raise ValueError(f"linear must be one of {LINEARS}, not {linear!r}")
     placement = choose(device, dtype)
     folder = resolve_model(str(model))
-    kit = course(impl)
-    config = read_config(folder, kit.GPT2Config)
+    config = read_config(folder, config_class(impl))
     if attention_layer is not None and not 0 <= attention_layer < config.n_layer:
         raise ValueError(f"attention_layer {attention_layer}: the model has layers 0-{config.n_layer - 1}")
     tokenizer = load_tokenizer(folder, config) if with_tokenizer else None
     state = load_state(folder, config)  # every shape verified before building
-    lm = build_lm(kit, config, placement, with_attention=attention_layer is not None, cache=cache, linear=linear)
+    kernels = uses_kernels(placement, linear)
+    name = saved_graphs.graph_name(impl, config, placement,
+                                   {"attention_layer": attention_layer, "cache": cache, "kernels": kernels})
+    store = saved_graphs.store_for(name, placement.max_device(), direct=placement.dtype != "bfloat16")
+    # The course's model is built to be traced, and to say which layers are
+    # quantized; a saved float graph driven directly needs neither.
+    lm = None
+    if store.mef is None or placement.quantization:
+        lm = build_lm(course(impl), config, placement, with_attention=attention_layer is not None, cache=cache,
+                      linear=linear)
     if placement.quantization:
         from model.quantize import saved_quantize_state
 
         state = saved_quantize_state(lm, state, folder)
-    if placement.kind != "cpu":
-        lm.to(placement.max_device())
-    kernels = uses_kernels(placement, linear)
-    name = saved_graphs.graph_name(impl, config, placement,
-                                   {"attention_layer": attention_layer, "cache": cache, "kernels": kernels})
-    store = saved_graphs.store_for(name, placement.max_device())
     weights = {"lm." + name: array for name, array in state.items()}
     start = time.perf_counter()
-    if store.loaded:  # run the saved graph as it is: no tracing
+    if store.mef is not None:  # run the saved graph as it is: no tracing
         compiled, quantized = store.run(weights), store.facts["quantized_layers"]
-    else:
+    else:  # trace, then compile (or find the saved graph that matches)
+        if placement.kind != "cpu":
+            lm.to(placement.max_device())
         graph = (InPlaceGraph if cache == "in_place" else ConcatGraph)(lm, attention_layer)
         compiled = _compile(graph, config, placement, weights, store, cache)
         quantized = _quantized_that_ran(lm)
@@ -335,9 +339,9 @@ def _compile(graph, config, placement: Placement, weights: dict, store: saved_gr
         kv = TensorType(placement.max_dtype(), ["batch", config.n_head, "past", config.head_dim], device=device)
         cache_types = [kv] * (2 * config.n_layer)
     start = time.perf_counter()
-    # a minute of silence looks like a hang: say what is happening
-    print("compiling the model graph (about a minute the first time on 2 cores; saved for later runs) ...",
-          file=sys.stderr, flush=True)
+    if not store.loaded:  # a minute of silence looks like a hang: say what is happening
+        print("compiling the model graph (about a minute the first time on 2 cores; saved for later runs) ...",
+              file=sys.stderr, flush=True)
     try:
         compiled = graph.compile(ids_type, positions_type, *cache_types,
                                  weights=weights, auto_cast=placement.dtype == "bfloat16", name=store.name,
@@ -345,7 +349,8 @@ def _compile(graph, config, placement: Placement, weights: dict, store: saved_gr
     except BaseException:
         store.discard()
         raise
-    print(f"compiled in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    if not store.loaded:
+        print(f"compiled in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     return compiled
 
 

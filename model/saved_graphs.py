@@ -72,7 +72,8 @@ class Store:
 
     ``session`` is the InferenceSession to compile with, or to run the saved
     graph in (None: MAX's default one, nothing saved); ``loaded`` says the
-    MEF was there, with ``facts``: what the build learnt while tracing it."""
+    MEF was there, with ``facts``: what the build learnt while tracing it;
+    ``mef``: the file, when the graph is to be driven directly."""
 
     name: str
     session: object = None
@@ -122,18 +123,25 @@ class SavedGraph:
         return [Tensor(storage=b) for b in self.model(*(a.driver_tensor for a in args))]
 
 
-def store_for(name: str, device) -> Store:
-    """Load ``name``'s saved MEF if there is one, else save it when compiled."""
+def store_for(name: str, device, direct: bool = True) -> Store:
+    """Load ``name``'s saved MEF if there is one, else save it when compiled.
+
+    ``direct``: the saved graph will be driven as it is (``Store.run``),
+    which needs the weights exactly as the graph takes them; else it is
+    found again by tracing (MAX's store matches the traced graph), as
+    bfloat16 needs: its float32 weights are cast by the compile call."""
     if not enabled():
         return Store(name)
     from max.engine import InferenceSession
 
     folder = cache_root() / "graphs" / name
     if (folder / MANIFEST).is_file() and (folder / FACTS).is_file():
+        facts = json.loads((folder / FACTS).read_text())
+        if not direct:
+            return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), loaded=True, facts=facts)
         [graph] = json.loads((folder / MANIFEST).read_text())["graphs"]
         # The MEF carries the compiled custom kernels too: no library needed.
-        return Store(name, InferenceSession(devices=[device]), loaded=True, mef=folder / graph["key"],
-                     facts=json.loads((folder / FACTS).read_text()))
+        return Store(name, InferenceSession(devices=[device]), loaded=True, mef=folder / graph["key"], facts=facts)
     staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=_mkdir(cache_root() / "graphs")))
     return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging)
 

@@ -35,6 +35,22 @@ def test_second_load_reads_the_saved_graph(tmp_path, monkeypatch, capsys):
     np.testing.assert_array_equal(step, first.step(ref["prompt"], first.empty_cache(1))[0])
 
 
+def test_a_saved_graph_can_also_be_found_by_tracing(tmp_path, monkeypatch, capsys):
+    """bfloat16's path (a GPU: its weights are cast by the compile call, so
+    its saved graph is looked up by tracing, not driven directly), run here
+    on the CPU in float32."""
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
+    folder, _, ref = reference("tiny-2l-4h")
+    first = load_gpt2(folder, device="cpu", with_tokenizer=False)
+    real = saved_graphs.store_for
+    monkeypatch.setattr(saved_graphs, "store_for", lambda name, device, direct=True: real(name, device, direct=False))
+    capsys.readouterr()
+    second = load_gpt2(folder, device="cpu", with_tokenizer=False)
+    assert "compiling" not in capsys.readouterr().err and second.saved_graph
+    assert type(second.compiled).__name__ != "SavedGraph"
+    np.testing.assert_array_equal(second.forward_logits(ref["ids"]), first.forward_logits(ref["ids"]))
+
+
 def test_switched_off(tmp_path, monkeypatch):
     monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
     monkeypatch.setenv("GPT2_MAX_SAVED_GRAPHS", "0")
