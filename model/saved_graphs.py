@@ -113,9 +113,13 @@ class SavedGraph:
     the weights takes ~0.03 s."""
 
     def __init__(self, session, mef: Path, weights: dict) -> None:
+        from max.driver import Buffer
         from max.engine import read
 
-        self.model = session.init(read(mef), weights_registry=weights)
+        # As Module.compile hands them over: driver buffers (zero-copy views
+        # of writable arrays). Raw numpy int8/float16 arrays crashed the
+        # Q8_0 graph at its first call.
+        self.model = session.init(read(mef), weights_registry={k: Buffer.from_dlpack(v) for k, v in weights.items()})
 
     def __call__(self, *args) -> list:
         from max.experimental.tensor import Tensor

@@ -97,3 +97,22 @@ def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, monkeypatch):
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
     load_gpt2(folder, device="cpu", dtype="q4_0", with_tokenizer=False)
     assert len(list((tmp_path / "cache" / "quantized").iterdir())) == 2
+
+
+def test_a_saved_q8_0_graph_runs_directly(tmp_path, monkeypatch):
+    """The custom Q8_0 kernel's weights (int8 codes, float16 scales) reach a
+    saved graph as they reach a compiled one (given as raw numpy arrays they
+    crashed it at the first call)."""
+    import shutil
+
+    from weights import resolve_model
+
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
+    folder = shutil.copytree(resolve_model("demo"), tmp_path / "demo")  # n_embd 128: every layer on the kernel
+    first = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
+    second = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
+    assert type(second.compiled).__name__ == "SavedGraph" and second.quantized_layers == first.quantized_layers > 0
+    ids = np.array([[15496, 11, 995, 0, 383]])
+    np.testing.assert_array_equal(second.forward_logits(ids), first.forward_logits(ids))
+    step, _ = second.step(ids, second.empty_cache(1, 8))
+    np.testing.assert_array_equal(step, first.step(ids, first.empty_cache(1, 8))[0])
