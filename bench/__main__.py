@@ -138,7 +138,7 @@ def cold_compile_seconds(folder: Path, dtype: str) -> float:
 
 def measure_hf(python: str, folder: Path, reps: int, new_tokens: int) -> dict:
     done = subprocess.run([python, str(HERE / "hf_baseline.py"), str(folder), "--reps", str(reps),
-                           "--new-tokens", str(new_tokens), "--linear", linear], capture_output=True, text=True, env=dict(os.environ))
+                           "--new-tokens", str(new_tokens)], capture_output=True, text=True, env=dict(os.environ))
     if done.returncode != 0:
         raise RuntimeError((done.stderr.strip().splitlines() or ["failed"])[-1])
     return json.loads(done.stdout.strip().splitlines()[-1])
