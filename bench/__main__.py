@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 
 from bench.measure import peak_rss_mb, timed  # noqa: E402
 from model.device import DTYPES, QUANTIZED_DTYPES  # noqa: E402
+from model.fast_linear import LINEARS  # noqa: E402
 from model.saved_graphs import cache_root  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(or GPT2_MAX_LLAMA_CPP; default: what `python -m bench.llama_cpp setup` built, if it did)")
     p.add_argument("--cold-compile", action="store_true", help="also time a compile with an empty MAX cache")
     p.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
-    p.add_argument("--linear", default="custom", choices=["course", "custom"],
+    p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="float32 on the CPU: this project's few-rows Mojo kernel (custom, the app's default) "
                         "or step 04's nn.Linear (course, `generate --linear course`)")
     p.add_argument("--worker", metavar="DTYPE", help=argparse.SUPPRESS)  # one precision, JSON on stdout

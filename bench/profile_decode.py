@@ -17,13 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
+from model.fast_linear import LINEARS
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.profile_decode", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="checkpoint folder (default: the bench's random gpt2)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--steps", type=int, default=64)
-    p.add_argument("--linear", choices=("course", "custom"), default="custom",
+    p.add_argument("--linear", choices=LINEARS, default="custom",
                    help="custom: the project's few-rows kernels (model/fast_linear.py); course: nn.Linear")
     args = p.parse_args(argv)
     from bench.__main__ import random_checkpoint

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from model.fast_linear import LINEARS
+
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT_TOKENS = (16, 64, 128, 256)  # the mix, cycled over the requests
 
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llama-cpp", type=Path, default=None, help="llama.cpp bin dir (default: what `pixi run llama-setup` built)")
     p.add_argument("--no-llama-cpp", action="store_true", help="measure this project's server only")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
-    p.add_argument("--linear", default="course", choices=("course", "custom"),
+    p.add_argument("--linear", default="course", choices=LINEARS,
                    help="python -m serve --linear: nn.Linear (course, default) or the few-rows Mojo kernel")
     p.add_argument("--serve-flag", action="append", default=[], metavar="FLAG",
                    help="pass FLAG on to max serve (repeatable), e.g. --serve-flag=--enable-in-flight-batching")

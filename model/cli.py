@@ -10,6 +10,7 @@ import traceback
 from pathlib import Path
 
 from model.device import DEVICES, DTYPES, DeviceError
+from model.fast_linear import LINEARS
 from model.sampling import Sampling
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
                         "weights on the CPU, ~3x faster decoding, text close to but not equal to float32's; q8_0: 8-bit "
                         "weights on this project's kernel, greedy text equal to float32's on trained models "
                         "(default: auto)")
-    p.add_argument("--linear", default="custom", choices=("course", "custom"),
+    p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="float32 on the CPU: custom = this project's Mojo kernel for few rows "
                         "(model/fast_linear.py: decoding ~1.2x faster than MAX's matmul); course = step 04's "
                         "nn.Linear (MAX's matmul) (default: custom)")

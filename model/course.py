@@ -40,18 +40,15 @@ def config_class(impl: str = "solutions") -> type:
 
 
 def course(impl: str = "solutions") -> Course:
+    GPT2Config = config_class(impl)  # refuses an unknown impl
     if impl == "solutions":
-        from solutions.solution_01 import GPT2Config
         from solutions.solution_02 import causal_mask
         from solutions.solution_07 import GPT2MultiHeadAttention
         from solutions.solution_11 import GPT2LMHeadModel
         from solutions.solution_15 import GPT2AttentionWithWeights
-    elif impl == "steps":
-        from steps.step_01 import GPT2Config
+    else:
         from steps.step_02 import causal_mask
         from steps.step_07 import GPT2MultiHeadAttention
         from steps.step_11 import GPT2LMHeadModel
         from steps.step_15 import GPT2AttentionWithWeights
-    else:
-        raise ValueError(f"impl must be one of {IMPLS}, not {impl!r}")
     return Course(impl, GPT2Config, causal_mask, GPT2MultiHeadAttention, GPT2LMHeadModel, GPT2AttentionWithWeights)

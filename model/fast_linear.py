@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 KERNELS = Path(__file__).resolve().parent / "kernels"  # the Mojo package: kernel_library() compiles it (~2 s)
+LINEARS = ("course", "custom")  # load_gpt2's linear= / --linear: step 04's nn.Linear, or this file's
 FEW_ROWS = 16  # python -m bench.kernels here: equal at 16 rows; at 32 MAX 1.3x faster in one run, 0.9x in another
 
 

@@ -54,6 +54,7 @@ import numpy as np
 from model import saved_graphs
 from model.course import IMPLS, Course, config_class, course
 from model.device import Placement, choose
+from model.fast_linear import LINEARS
 from model.kv_cache import Cache, in_place
 from weights import load_state, load_tokenizer, read_config, read_eos_token_ids, resolve_model
 
@@ -166,7 +167,6 @@ class GPT2:
 
 
 CACHES = ("in_place", "concat")
-LINEARS = ("course", "custom")
 
 
 def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl: str = "solutions", *,
@@ -211,7 +211,7 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
         from model.quantize import saved_quantize_state
 
         state = saved_quantize_state(lm, state, folder)
-    weights = {"lm." + name: array for name, array in state.items()}
+    weights = {"lm." + key: array for key, array in state.items()}
     start = time.perf_counter()
     if store.mef is not None:  # run the saved graph as it is: no tracing
         compiled, quantized = store.run(weights), store.facts["quantized_layers"]

@@ -71,16 +71,19 @@ class Store:
     """Where one graph's MEF is loaded from or saved to.
 
     ``session`` is the InferenceSession to compile with, or to run the saved
-    graph in (None: MAX's default one, nothing saved); ``loaded`` says the
-    MEF was there, with ``facts``: what the build learnt while tracing it;
+    graph in (None: MAX's default one, nothing saved); ``facts``, what the
+    build learnt while tracing it, when the MEF was there (``loaded``);
     ``mef``: the file, when the graph is to be driven directly."""
 
     name: str
     session: object = None
-    loaded: bool = False
     staging: Path | None = None
     mef: Path | None = None
     facts: dict | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self.facts is not None
 
     def keep(self, facts: dict) -> None:
         """After compiling: write ``facts`` beside the saved MEF and move both
@@ -142,10 +145,10 @@ def store_for(name: str, device, direct: bool = True) -> Store:
     if (folder / MANIFEST).is_file() and (folder / FACTS).is_file():
         facts = json.loads((folder / FACTS).read_text())
         if not direct:
-            return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), loaded=True, facts=facts)
+            return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), facts=facts)
         [graph] = json.loads((folder / MANIFEST).read_text())["graphs"]
         # The MEF carries the compiled custom kernels too: no library needed.
-        return Store(name, InferenceSession(devices=[device]), loaded=True, mef=folder / graph["key"], facts=facts)
+        return Store(name, InferenceSession(devices=[device]), mef=folder / graph["key"], facts=facts)
     staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=_mkdir(cache_root() / "graphs")))
     return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging)
 

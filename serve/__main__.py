@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from model.fast_linear import LINEARS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -41,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "this many full windows (default 8). Changing it recompiles the graph once.")
     p.add_argument("--max-length", type=int, default=None,
                    help="prompt + completion tokens per request (default: the model's n_positions)")
-    p.add_argument("--linear", default="course", choices=("course", "custom"),
+    p.add_argument("--linear", default="course", choices=LINEARS,
                    help="float32 on the CPU: course (default) runs the Linear layers on step 04's nn.Linear, "
                         "custom on this project's Mojo kernel for few rows (model/fast_linear.py; measured no "
                         "faster behind the engine at 8 and 32 clients: README, Serving)")

@@ -21,7 +21,7 @@ from max.pipelines.architectures.llama3_modulev3.batch_processor import Llama3Mo
 from max.pipelines.context import TextContext
 from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
 
-from model.fast_linear import few_rows_linear
+from model.fast_linear import LINEARS, few_rows_linear
 from serve.model_config import GPT2ServeConfig
 from serve.network import GPT2Ragged
 from serve.weight_adapters import gpt2_state
@@ -38,7 +38,7 @@ def uses_kernels(config: GPT2ServeConfig) -> bool:
     measured no faster at 8 and 32 clients (README, Serving). A GPU keeps
     nn.Linear: the kernels are CPU code."""
     choice = os.environ.get(LINEAR, "course")
-    if choice not in ("course", "custom"):
+    if choice not in LINEARS:
         raise ValueError(f"{LINEAR}={choice!r}: expected course or custom")
     return choice == "custom" and config.devices[0].is_cpu() and config.dtype == DType.float32
 
