@@ -34,7 +34,7 @@ def test_q8_0_is_ggml_s_rounding():
 def layers():
     """One compiled graph holding both kernels' layers: float32 48 -> 37
     (a width that is not a multiple of the 16 lanes, a height not a multiple
-    of the 4-row tile) and Q8_0 128 -> 37; rows are symbolic."""
+    of the 8-row tile) and Q8_0 128 -> 37; rows are symbolic."""
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental import functional as F
