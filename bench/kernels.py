@@ -1,7 +1,9 @@
 """``python -m bench.kernels``: this project's few-rows matmul kernels
 (model/kernels/matmul.mojo) against MAX's own matmul, on GPT-2 124M's 24 MLP
 matmuls (12 x [3072, 768] and [768, 3072], 216 MB in fp32) in one compiled
-graph, at a few row counts.
+graph, at a few row counts; ``--step``: all of a decode step's matmuls
+instead (12 x c_attn, attn c_proj, c_fc, mlp c_proj, and the LM head:
+481 MB in fp32), to set against ``bench.profile_decode``'s whole step.
 
 Prints per row count: the fp32 kernel and MAX's ``x @ W.T`` (ms, GB/s of
 weights read, and the ratio), then the Q8_0 kernel on the same shapes
@@ -22,47 +24,57 @@ import time
 import numpy as np
 
 SHAPES = [(3072, 768), (768, 3072)] * 12
+STEP_SHAPES = [(2304, 768), (768, 768), (3072, 768), (768, 3072)] * 12 + [(50257, 768)]
 
 
-def graph(kind: str, rows: int, shapes):
-    """One graph: 24 matmuls, each fed from the input (x, or the previous
-    wide output scaled), every output returned so that none is dropped."""
+def chained(x, outputs: list, in_dim: int):
+    """The next matmul's input: the previous output, scaled, when its width
+    is ``in_dim`` and it is not x's (c_fc feeds mlp c_proj), else x."""
+    if outputs and outputs[-1].shape[-1] == in_dim != x.shape[-1]:
+        return outputs[-1] * 0.01
+    return x
+
+
+def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None, libraries=None):
+    """One graph of matmuls, each fed from the input (x, or the previous
+    output scaled: ``chained``), every output returned so that none is
+    dropped. ``kind``: "max" (``x @ W.T``) or the suffix of a
+    ``few_rows_matmul_*`` op, whose weight arrays (one, or two for Q8_0
+    codes and scales) are typed from ``weights`` when given; ``libraries``:
+    the custom-op libraries (default: model/kernels')."""
     from max.dtype import DType
     from max.graph import DeviceRef, Graph, TensorType, ops
 
     from model.fast_linear import kernel_library
 
     cpu = DeviceRef.CPU()
+    per = 2 if kind.startswith("q8_0") else 1
+    if weights is None:
+        weights = []
+        for out_dim, in_dim in shapes:
+            weights += ([np.empty((out_dim, in_dim), np.int8), np.empty((out_dim, in_dim // 32), np.float16)]
+                        if per == 2 else [np.empty((out_dim, in_dim), np.float32)])
     types = [TensorType(DType.float32, [rows, shapes[0][1]], device=cpu)]
-    for out_dim, in_dim in shapes:
-        if kind == "q8_0":
-            types += [TensorType(DType.int8, [out_dim, in_dim], device=cpu),
-                      TensorType(DType.float16, [out_dim, in_dim // 32], device=cpu)]
-        else:
-            types.append(TensorType(DType.float32, [out_dim, in_dim], device=cpu))
-    per = 2 if kind == "q8_0" else 1
-    with Graph(f"bench_{kind}", input_types=types, custom_extensions=[kernel_library()]) as g:
+    types += [TensorType(DType.from_numpy(a.dtype), list(a.shape), device=cpu) for a in weights]
+    with Graph(f"bench_{kind}", input_types=types, custom_extensions=libraries or [kernel_library()]) as g:
         x, *w = g.inputs
-        h, outs = x, []
-        for i, (out_dim, _) in enumerate(shapes):
+        outs = []
+        for i, (out_dim, in_dim) in enumerate(shapes):
+            h = chained(x, outs, in_dim)
             out_type = [TensorType(DType.float32, [rows, out_dim], device=cpu)]
-            weights = w[per * i:per * i + per]
+            these = w[per * i:per * i + per]
             if kind == "max":
-                y = h @ ops.transpose(weights[0], 0, 1)
+                outs.append(h @ ops.transpose(these[0], 0, 1))
             else:
-                y = ops.custom(f"few_rows_matmul_{kind}", cpu, [h, *weights], out_type)[0]
-            outs.append(y)
-            h = y * 0.01 if out_dim == shapes[0][0] else x
+                outs.append(ops.custom(f"few_rows_matmul_{kind}", cpu, [h, *these], out_type)[0])
         g.output(*outs)
     return g
 
 
 def reference(x: np.ndarray, dense: list[np.ndarray], shapes) -> list[np.ndarray]:
-    h, outs = x, []
-    for (out_dim, _), w in zip(shapes, dense):
-        y = h @ w.T
-        outs.append(y)
-        h = y * 0.01 if out_dim == shapes[0][0] else x
+    outs: list[np.ndarray] = []
+    for (_, in_dim), w in zip(shapes, dense):
+        outs.append(chained(x, outs, in_dim) @ w.T)
     return outs
 
 
@@ -80,8 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16, 32], help="row counts (default: 1 4 8 16 32)")
     p.add_argument("--reps", type=int, default=20, help="calls per figure; medians (default: 20)")
-    p.add_argument("--hot", action="store_true", help="two weight matrices used 12 times each: weights in cache")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--hot", action="store_true", help="two weight matrices used 12 times each: weights in cache")
+    which.add_argument("--step", action="store_true",
+                       help="a whole decode step's matmuls (attention, MLP, LM head) instead of the 24 MLP ones")
     args = p.parse_args(argv)
+    shapes = STEP_SHAPES if args.step else SHAPES
     from max.driver import CPU
     from max.engine import InferenceSession
 
@@ -89,24 +105,25 @@ def main(argv: list[str] | None = None) -> int:
     from model.quantize import dequantize_q8_0, quantize_q8_0
 
     rng = np.random.default_rng(0)
-    distinct = 2 if args.hot else len(SHAPES)
-    made = [rng.standard_normal(s, dtype=np.float32) for s in SHAPES[:distinct]]
-    dense = [made[i % distinct] for i in range(len(SHAPES))]
+    distinct = 2 if args.hot else len(shapes)
+    made = [rng.standard_normal(s, dtype=np.float32) for s in shapes[:distinct]]
+    dense = [made[i % distinct] for i in range(len(shapes))]
     q8 = [quantize_q8_0(w) for w in dense]
     session = InferenceSession(devices=[CPU()], custom_extensions=[kernel_library()])
     weights = {"f32": (dense, sum(w.nbytes for w in dense)), "max": (dense, sum(w.nbytes for w in dense)),
                "q8_0": ([a for pair in q8 for a in pair], sum(c.nbytes + d.nbytes for c, d in q8))}
     q8_dense = [dequantize_q8_0(c, d) for c, d in q8]
-    print(f"GPT-2 124M's 24 MLP matmuls{' (weights in cache)' if args.hot else ''}; medians of {args.reps}")
+    what = "a decode step's 49 matmuls" if args.step else "24 MLP matmuls" + (" (weights in cache)" if args.hot else "")
+    print(f"GPT-2 124M's {what}; medians of {args.reps}")
     print(f"{'rows':>4} {'kernel fp32':>22} {'MAX x @ W.T':>22} {'ratio':>6} {'kernel q8_0':>22}  largest rel. diff")
     for rows in args.rows:
-        x = rng.standard_normal((rows, SHAPES[0][1]), dtype=np.float32)
+        x = rng.standard_normal((rows, shapes[0][1]), dtype=np.float32)
         cells, diffs, seconds = [], [], {}
         for kind in ("f32", "max", "q8_0"):
             arrays, nbytes = weights[kind]
-            model = session.load(graph(kind, rows, SHAPES))
+            model = session.load(graph(kind, rows, shapes))
             got = [t.to_numpy() for t in model.execute(x, *arrays)]
-            want = reference(x, q8_dense if kind == "q8_0" else dense, SHAPES)
+            want = reference(x, q8_dense if kind == "q8_0" else dense, shapes)
             diffs.append(max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want)))
             seconds[kind] = timed(model, [x, *arrays], args.reps)
             cells.append(f"{seconds[kind] * 1e3:8.2f} ms {nbytes / seconds[kind] / 1e9:6.1f} GB/s")

@@ -1,0 +1,1 @@
+# The interleaved Q8_0 experiment (layout.mojo) as a Mojo package.
