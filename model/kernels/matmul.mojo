@@ -34,9 +34,10 @@ comptime Q = 32  # weights per Q8_0 block
 # Weight rows per tile for one input row; a 4-input-row tile takes half as
 # many (4 x 4 accumulators: 8 x 4 would not fit AVX-512's 32 registers).
 # 8 over 4, measured on 24 MLP matmuls + the LM head, one input row, weights
-# out of cache (/tmp scripts, interleaved): fp32 31.7 vs 26.1 GB/s, q8_0
-# 16.6 vs 14.4 GB/s (8 more independent loads in flight per step); 12 and
-# 16 were no better.
+# out of cache, one process per variant, alternated (`python -m bench.kernels
+# --rows 1` with ROWS edited re-runs it): fp32 31.7 vs 26.1 GB/s, q8_0 16.6
+# vs 14.4 GB/s (8 more independent loads in flight per step); 12 and 16 were
+# no better.
 comptime ROWS = 8
 comptime TASKS = 8  # bands of rows (the runtime spreads them over the cores)
 
