@@ -7,7 +7,7 @@ instead (12 x c_attn, attn c_proj, c_fc, mlp c_proj, and the LM head:
 
 Prints per row count: the fp32 kernel and MAX's ``x @ W.T`` (ms, GB/s of
 weights read, and the ratio), then the Q8_0 kernel on the same shapes
-(int8 codes + float16 scales, 61 MB), and each result's largest difference
+(int8 codes + float16 scales in 8-row tiles, 61 MB), and each result's largest difference
 from numpy. ``--hot`` uses two weight matrices 12 times each, so the weights
 sit in the CPU's cache: a kernel as fast there as out of it is limited by
 its instructions, not by memory. This is where model/fast_linear.py's
@@ -46,13 +46,15 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
     from max.graph import DeviceRef, Graph, TensorType, ops
 
     from model.fast_linear import kernel_library
+    from model.quantize import Q8_0_TILE
 
     cpu = DeviceRef.CPU()
     per = 2 if kind.startswith("q8_0") else 1
     if weights is None:
         weights = []
         for out_dim, in_dim in shapes:
-            weights += ([np.empty((out_dim, in_dim), np.int8), np.empty((out_dim, in_dim // 32), np.float16)]
+            tiles = -(-out_dim // Q8_0_TILE)  # Q8_0 in model/quantize.py's interleaved tiles
+            weights += ([np.empty((tiles, in_dim * Q8_0_TILE), np.int8), np.empty((tiles, in_dim * Q8_0_TILE // 32), np.float16)]
                         if per == 2 else [np.empty((out_dim, in_dim), np.float32)])
     types = [TensorType(DType.float32, [rows, shapes[0][1]], device=cpu)]
     types += [TensorType(DType.from_numpy(a.dtype), list(a.shape), device=cpu) for a in weights]
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from max.engine import InferenceSession
 
     from model.fast_linear import kernel_library
-    from model.quantize import dequantize_q8_0, quantize_q8_0
+    from model.quantize import dequantize_q8_0, interleave_q8_0, quantize_q8_0
 
     rng = np.random.default_rng(0)
     distinct = 2 if args.hot else len(shapes)
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     q8 = [quantize_q8_0(w) for w in dense]
     session = InferenceSession(devices=[CPU()], custom_extensions=[kernel_library()])
     weights = {"f32": (dense, sum(w.nbytes for w in dense)), "max": (dense, sum(w.nbytes for w in dense)),
-               "q8_0": ([a for pair in q8 for a in pair], sum(c.nbytes + d.nbytes for c, d in q8))}
+               "q8_0": ([a for pair in q8 for a in interleave_q8_0(*pair)], sum(c.nbytes + d.nbytes for c, d in q8))}
     q8_dense = [dequantize_q8_0(c, d) for c, d in q8]
     what = "a decode step's 49 matmuls" if args.step else "24 MLP matmuls" + (" (weights in cache)" if args.hot else "")
     print(f"GPT-2 124M's {what}; medians of {args.reps}")

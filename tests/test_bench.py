@@ -107,27 +107,3 @@ def test_serve_bench_prompts_are_fixed_and_mixed():
     assert a == b and len(set(a)) == 8
     lengths = [len(tokenizer(t)["input_ids"]) for t in a[:len(PROMPT_TOKENS)]]
     assert lengths == sorted(lengths) and lengths[0] >= PROMPT_TOKENS[0]
-
-
-def test_the_interleaved_q8_0_layout_keeps_every_code_and_scale_where_the_kernel_reads_it():
-    # bench/q8_0_interleaved/layout.mojo reads tile t, step p, row i's 64 codes at
-    # (t * steps + p) * 8 * 64 + i * 64 and its two scales at (t * steps + p) * 16 + 2 * i.
-    import numpy as np
-
-    from bench.q8_0_layout import TILE, interleave
-
-    n, k = 13, 128  # a last tile of 5 rows: padded with zero rows
-    codes = np.arange(n * k).astype(np.int8).reshape(n, k)
-    scales = np.arange(n * k // 32).astype(np.float16).reshape(n, k // 32)
-    packed_codes, packed_scales = interleave(codes, scales)
-    assert packed_codes.shape == (2, TILE * k) and packed_scales.shape == (2, TILE * k // 32)
-    flat_codes, flat_scales, steps = packed_codes.reshape(-1), packed_scales.reshape(-1), k // 64
-    for row in range(2 * TILE):
-        t, i = divmod(row, TILE)
-        for p in range(steps):
-            at = (t * steps + p) * TILE * 64 + i * 64
-            want = codes[row, p * 64:(p + 1) * 64] if row < n else np.zeros(64, np.int8)
-            np.testing.assert_array_equal(flat_codes[at:at + 64], want)
-            at = (t * steps + p) * 2 * TILE + 2 * i
-            want = scales[row, 2 * p:2 * p + 2] if row < n else np.zeros(2, np.float16)
-            np.testing.assert_array_equal(flat_scales[at:at + 2], want)

@@ -11,7 +11,7 @@ import pytest
 from checkpoints import demo_reference, greedy, reference
 
 from model.fast_linear import FEW_ROWS
-from model.quantize import BLOCK, dequantize_q8_0, quantize_q8_0
+from model.quantize import BLOCK, dequantize_q8_0, interleave_q8_0, quantize_q8_0
 
 
 def test_q8_0_is_ggml_s_rounding():
@@ -28,6 +28,33 @@ def test_q8_0_is_ggml_s_rounding():
     with pytest.raises(ValueError, match="multiple of 32"):
         quantize_q8_0(np.ones((2, 48), np.float32))
     assert not dequantize_q8_0(*quantize_q8_0(np.zeros((2, BLOCK), np.float32))).any()
+
+
+def test_the_interleaved_q8_0_layout_keeps_every_code_and_scale_where_the_kernel_reads_it():
+    # model/kernels/matmul.mojo's tile_q8_0 reads tile t, step p, row i's 64
+    # codes at (t * steps + p) * 8 * 64 + i * 64 and its two scales at
+    # (t * steps + p) * 16 + 2 * i; the many-rows branch undoes the layout.
+    from model.quantize import Q8_0_TILE, deinterleave_q8_0
+
+    n, k = 13, 128  # a last tile of 5 rows: padded with zero rows
+    codes = np.arange(n * k).astype(np.int8).reshape(n, k)
+    scales = np.arange(n * k // 32).astype(np.float16).reshape(n, k // 32)
+    packed_codes, packed_scales = interleave_q8_0(codes, scales)
+    assert Q8_0_TILE == 8
+    assert packed_codes.shape == (2, 8 * k) and packed_scales.shape == (2, 8 * k // 32)
+    flat_codes, flat_scales, steps = packed_codes.reshape(-1), packed_scales.reshape(-1), k // 64
+    for row in range(2 * 8):
+        t, i = divmod(row, 8)
+        for p in range(steps):
+            at = (t * steps + p) * 8 * 64 + i * 64
+            want = codes[row, p * 64:(p + 1) * 64] if row < n else np.zeros(64, np.int8)
+            np.testing.assert_array_equal(flat_codes[at:at + 64], want)
+            at = (t * steps + p) * 2 * 8 + 2 * i
+            want = scales[row, 2 * p:2 * p + 2] if row < n else np.zeros(2, np.float16)
+            np.testing.assert_array_equal(flat_scales[at:at + 2], want)
+    back_codes, back_scales = deinterleave_q8_0(packed_codes, packed_scales, n)
+    np.testing.assert_array_equal(back_codes, codes)
+    np.testing.assert_array_equal(back_scales, scales)
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +75,8 @@ def layers():
     arrays = {"f32.weight": rng.standard_normal((37, 48)).astype(np.float32),
               "f32.bias": rng.standard_normal(37).astype(np.float32),
               "q8.bias": rng.standard_normal(37).astype(np.float32)}
-    q8_weight = rng.standard_normal((37, 128)).astype(np.float32)
-    arrays["q8.weight"], arrays["q8.scales"] = quantize_q8_0(q8_weight)
+    q8_codes, q8_scales = quantize_q8_0(rng.standard_normal((37, 128)).astype(np.float32))
+    arrays["q8.weight"], arrays["q8.scales"] = interleave_q8_0(q8_codes, q8_scales)  # 5 tiles, the last padded
 
     class Both(nn.Module):
         def __init__(self):
@@ -64,7 +91,7 @@ def layers():
         both = Both()
     types = [TensorType(DType.float32, ["batch", "seq", width], device=CPU()) for width in (48, 128)]
     compiled = both.compile(*types, weights=arrays)
-    return compiled, arrays, dequantize_q8_0(arrays["q8.weight"], arrays["q8.scales"])
+    return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales)
 
 
 @pytest.mark.parametrize("batch, seq", [(1, 1), (1, 3), (2, 5), (1, FEW_ROWS), (1, FEW_ROWS + 1), (3, 20)])

@@ -4,21 +4,29 @@
 # at which the weights stream from memory. MAX 26.7's CPU matmul for a
 # [1, K] x [K, N] product tiles and packs W at run time and streamed GPT-2's
 # weights at ~11-15 GB/s here, where llama.cpp reaches 26-36 GB/s on the same
-# 2 cores. These kernels read W once, in its stored [N, K] layout, each task
-# a contiguous band of rows, 8 weight rows x 1 input row per tile (decode)
-# or 4 x 4 (a few input rows), so every weight vector loaded is used for
-# every input row. model/fast_linear.py
+# 2 cores. These kernels read W once, as it is stored ([N, K] for fp32, 8-row
+# tiles for Q8_0: below), each task a contiguous band of rows, 8 weight rows
+# x 1 input row per tile (decode) or 4 x 4 (a few input rows), so every
+# weight vector loaded is used for every input row. model/fast_linear.py
 # calls them for up to FEW_ROWS rows and MAX's own matmul above that;
 # `python -m bench.kernels` measures both.
 #
 #   few_rows_matmul_f32   x [M, K] f32, W [N, K] f32             -> y [M, N] f32
-#   few_rows_matmul_q8_0  x [M, K] f32, W codes [N, K] int8,
-#                         W scales [N, K / 32] f16               -> y [M, N] f32
+#   few_rows_matmul_q8_0  x [M, K] f32, W codes [T, K * 8] int8,
+#                         W scales [T, K / 4] f16                -> y [M, N] f32
+#                         (T = ceil(N / 8) tiles, interleaved: below)
 #
 # Q8_0 is GGUF's 8-bit format: every 32 consecutive weights of a row share
 # one float16 scale d, a weight is d * code. llama.cpp stores each block as
 # d then 32 codes; here codes and scales are two arrays (same numbers,
-# aligned vector loads).
+# aligned vector loads), and each tile of ROWS = 8 weight rows is one
+# contiguous stream: per step of 64 weights (two blocks), row 0's 64 codes,
+# row 1's, ... row 7's, and in the scales array the 8 rows' 2 scales (one
+# 32-byte load). The last tile is padded with zero rows. Why: reading 8
+# rows of [N, K] at once is 8 streams K bytes apart; one stream per tile
+# ran a decode step's 49 Q8_0 matmuls in 5.2-6.1 ms instead of 9.7-12.0
+# (`python -m bench.kernels --step`; model/quantize.py's interleave_q8_0
+# makes the layout).
 
 import extensibility
 from extensibility import InputTensor, OutputTensor
@@ -94,31 +102,35 @@ def dot4(acc: SIMD[DType.int32, 16], u: SIMD[DType.uint8, P], s: SIMD[DType.int8
 def tile_q8_0[R: Int, MB: Int](
     xq: UnsafePointer[Int8, _], xs: UnsafePointer[Float32, _], xc: UnsafePointer[Int32, _],
     qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], yp: UnsafePointer[mut=True, Float32, _],
-    K: Int, N: Int, r: Int, m0: Int,
+    K: Int, N: Int, t: Int, i0: Int, m0: Int,
 ):
-    """tile_f32 for Q8_0 weights against Q8_0 inputs (as llama.cpp does):
-    per two blocks, 64 codes x 64 inputs are one integer dot product into 16
-    int32 lanes (8 per block), then scaled by the weight's d times the
-    input's d. The weights' int8 codes are made unsigned (+128) for the
-    instruction; xc, the input's codes summed per block times -16 per lane,
-    takes the +128 back out (prepare_inputs)."""
-    var KB = K // Q
+    """y[m0:m0+MB, rows t*ROWS+i0 .. +R] from tile t of the interleaved
+    layout (see the top of this file), against Q8_0 inputs (as llama.cpp
+    does): per step of two blocks, 64 codes x 64 inputs are one integer dot
+    product into 16 int32 lanes (8 per block), then scaled by the weight's
+    d times the input's d. The weights' int8 codes are made unsigned (+128)
+    for the instruction; xc, the input's codes summed per block times -16
+    per lane, takes the +128 back out (prepare_inputs)."""
+    var steps = K // P
     var acc = stack_allocation[R * MB * 16, Float32]()
     comptime for a in range(R * MB):
         acc.store(a * 16, SIMD[F32, 16](0))
-    for p in range(K // P):
+    for p in range(steps):
+        var at = t * steps + p  # this tile's step p: ROWS * P codes, 2 * ROWS scales
+        var d = dp.load[width=2 * R](at * 2 * ROWS + 2 * i0).cast[F32]()
         comptime for i in range(R):
-            var w = bitcast[DType.uint8, P](qp.load[width=P]((r + i) * K + p * P)) ^ 128
-            var d = dp.load[width=2]((r + i) * KB + 2 * p).cast[F32]()
-            var dw = SIMD[F32, 8](d[0]).join(SIMD[F32, 8](d[1]))
+            var w = bitcast[DType.uint8, P](qp.load[width=P]((at * ROWS + i0 + i) * P)) ^ 128
+            var dw = SIMD[F32, 8](d[2 * i]).join(SIMD[F32, 8](d[2 * i + 1]))
             comptime for j in range(MB):
-                var at = (m0 + j) * (K // P) * 16 + p * 16
-                var dots = dot4(xc.load[width=16](at), w, xq.load[width=P]((m0 + j) * K + p * P))
+                var lane = (m0 + j) * steps * 16 + p * 16
+                var dots = dot4(xc.load[width=16](lane), w, xq.load[width=P]((m0 + j) * K + p * P))
                 var a = (i * MB + j) * 16
-                acc.store(a, dots.cast[F32]().fma(dw * xs.load[width=16](at), acc.load[width=16](a)))
+                acc.store(a, dots.cast[F32]().fma(dw * xs.load[width=16](lane), acc.load[width=16](a)))
     comptime for i in range(R):
-        comptime for j in range(MB):
-            yp.store((m0 + j) * N + r + i, acc.load[width=16]((i * MB + j) * 16).reduce_add())
+        var row = t * ROWS + i0 + i
+        if row < N:  # the last tile's padding rows are not outputs
+            comptime for j in range(MB):
+                yp.store((m0 + j) * N + row, acc.load[width=16]((i * MB + j) * 16).reduce_add())
 
 
 def prepare_inputs(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, Int8, _],
@@ -189,7 +201,8 @@ struct FewRowsMatmulQ8_0:
     ) raises:
         var M = x.dim_size(0)
         var K = x.dim_size(1)
-        var N = codes.dim_size(0)
+        var N = y.dim_size(1)
+        var tiles = codes.dim_size(0)
         var qp = codes.unsafe_ptr()
         var dp = scales.unsafe_ptr()
         var yp = y.unsafe_ptr()
@@ -198,24 +211,17 @@ struct FewRowsMatmulQ8_0:
         var xc = alloc[Int32](M * K // P * 16)
         prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
-        def work(t: Int) {var M, var K, var N, var xq, var xs, var xc, var qp, var dp, var yp}:
-            var rows = band(N, t)
-            var r = rows[0]
-            while r < rows[1]:
-                if r + ROWS <= rows[1]:
-                    var m = 0
-                    while m + 4 <= M:
-                        tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, yp, K, N, r, m)
-                        tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, yp, K, N, r + ROWS // 2, m)
-                        m += 4
-                    while m < M:
-                        tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, yp, K, N, r, m)
-                        m += 1
-                    r += ROWS
-                else:
-                    for m in range(M):
-                        tile_q8_0[1, 1](xq, xs, xc, qp, dp, yp, K, N, r, m)
-                    r += 1
+        def work(task: Int) {var M, var K, var N, var tiles, var xq, var xs, var xc, var qp, var dp, var yp}:
+            var per = (tiles + TASKS - 1) // TASKS
+            for t in range(task * per, min(task * per + per, tiles)):
+                var m = 0
+                while m + 4 <= M:
+                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, yp, K, N, t, 0, m)
+                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, yp, K, N, t, ROWS // 2, m)
+                    m += 4
+                while m < M:
+                    tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, yp, K, N, t, 0, m)
+                    m += 1
 
         parallelize(work, TASKS)
         xq.free()

@@ -1,1 +1,0 @@
-# The interleaved Q8_0 experiment (layout.mojo) as a Mojo package.
