@@ -3,8 +3,8 @@
 Splits a batch-1 decode step of the app (``GPT2.step`` then greedy
 sampling, as ``model/generate.py`` runs it) into: the compiled graph call,
 the Python around it in ``step`` (input tensors, the cache, the logits to
-numpy), and choosing the token (``model/sampling.py``). Medians over ``--steps`` steps after a 16-token
-prefill. Default: the bench's random GPT-2 124M checkpoint, float32 on the CPU.
+numpy), and choosing the token (``model/sampling.py``). Medians over ``--steps`` steps after a
+``--context``-token prefill (default 16; 896 for the bench's long-context figure). Default: the bench's random GPT-2 124M checkpoint, float32 on the CPU.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="checkpoint folder (default: the bench's random gpt2)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--context", type=int, default=16, help="tokens prefilled before the timed steps (default: 16)")
     p.add_argument("--linear", choices=LINEARS, default="custom",
                    help="custom: the project's few-rows kernels (model/fast_linear.py); course: nn.Linear")
     args = p.parse_args(argv)
@@ -45,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
 
     gpt2.compiled = timed_graph
     greedy, rng = Sampling(temperature=0.0, top_k=None), np.random.default_rng(0)
-    logits, cache = gpt2.step(np.arange(16)[None], gpt2.empty_cache(1, 16 + args.steps))
+    if args.context + args.steps > gpt2.config.n_positions:
+        p.error(f"--context + --steps must fit the {gpt2.config.n_positions}-position window")
+    prompt = np.arange(args.context)[None] % gpt2.config.vocab_size
+    logits, cache = gpt2.step(prompt, gpt2.empty_cache(1, args.context + args.steps))
     token = next_token(logits[0], greedy, rng)
     parts: dict[str, list[float]] = {k: [] for k in ("graph", "around it (inputs, cache, logits)", "sampling",
                                                      "step total")}
@@ -60,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         parts["sampling"].append(t2 - t1)
         parts["step total"].append(t2 - t0)
     total = statistics.median(parts["step total"])
-    print(f"{folder.name}, {args.dtype} ({args.linear} linear), batch 1, {args.steps} decode steps after a 16-token prefill (medians)")
+    print(f"{folder.name}, {args.dtype} ({args.linear} linear), batch 1, {args.steps} decode steps after a {args.context}-token prefill (medians)")
     for key, values in parts.items():
         ms = statistics.median(values) * 1000
         print(f"  {key:<36}{ms:8.2f} ms  {ms / total / 10:5.1f}%")

@@ -256,8 +256,8 @@ def build_lm(kit: Course, config, placement: Placement, with_attention: bool = F
 
         layers["linear"] = few_rows_linear
     attention = kit.GPT2AttentionWithWeights if with_attention else kit.GPT2MultiHeadAttention
-    if cache == "in_place":
-        attention = in_place(attention, kit.causal_mask)
+    if cache == "in_place":  # on the CPU, the attention itself in model/kernels (model/kv_cache.py says why)
+        attention = in_place(attention, kit.causal_mask, fused=placement.kind == "cpu" and not with_attention)
     if attention is not kit.GPT2MultiHeadAttention:
         layers["attention"] = attention
     with F.lazy(), default_dtype(placement.max_dtype()):
@@ -311,7 +311,7 @@ def InPlaceGraph(lm, attention_layer: int | None):
 
         def forward(self, ids, positions, start, end, mark, *buffers):
             for i, slot in enumerate(slots):
-                slot.bind(buffers[2 * i], buffers[2 * i + 1], start, end, mark.shape[0])
+                slot.bind(buffers[2 * i], buffers[2 * i + 1], start, end, mark)
             logits, _ = self.lm(ids, [slot.cached() for slot in slots], positions)
             return _outputs(self.lm, logits, attention_layer)
 

@@ -15,8 +15,18 @@ The math is step 07's: the class below subclasses the course's own attention
 (the solution's, or the learner's with ``--impl steps``) and reuses its
 c_attn, ``_split_heads``, ``_attn``, ``_merge_heads``, c_proj and step 02's
 causal mask. Only where the keys and values are kept differs.
-``tests/test_kv_cache.py`` checks that both give the same logits and greedy
-tokens.
+
+On the CPU (``fused=True``) the part between c_attn and c_proj is one custom
+op instead, ``cached_attention`` (model/kernels/attention.mojo): it stores
+the new keys and values and attends over the buffers where they lie. Why:
+MAX reads a buffer's rows back as a new tensor, and the chain of graph ops
+around it (head transposes, mask, softmax) cost a decode step of GPT-2 124M
+~10-13 ms more at 896 positions than at 16, several times llama.cpp's
+whole long-context overhead (measured: README, "Profile of a decode step").
+The op does step 07's arithmetic in another order; the graph that keeps
+one layer's probabilities (the attention map) keeps the course's path.
+``tests/test_kv_cache.py`` checks that all of them give the same logits and
+greedy tokens.
 """
 
 from __future__ import annotations
@@ -30,18 +40,28 @@ class Slot:
     A plain holder that MAX's module tree does not look inside (not a
     parameter). The graph wrapper binds it before it calls the model: the two
     buffers, ``start`` and ``end`` (int64 scalars on the host: past and past +
-    seq, the rows this call writes) and ``past`` (the same length as a
-    symbolic dimension, which shapes need)."""
+    seq, the rows this call writes) and ``mark`` (an input whose length is
+    past: shapes need it as a symbolic dimension)."""
 
-    keys = values = start = end = past = None
+    keys = values = start = end = mark = None
 
-    def bind(self, keys, values, start, end, past) -> None:
-        self.keys, self.values, self.start, self.end, self.past = keys, values, start, end, past
+    def bind(self, keys, values, start, end, mark) -> None:
+        self.keys, self.values, self.start, self.end, self.mark = keys, values, start, end, mark
+
+    @property
+    def past(self):
+        return self.mark.shape[0]
 
     def cached(self):
-        """The keys and values held before this call: [:, :, 0:past, :] of each buffer."""
-        rows = (slice(None), slice(None), (slice(0, self.start.__tensorvalue__()), self.past), slice(None))
-        return self.keys[rows], self.values[rows]
+        """What the course's transformer is handed as this layer's past keys
+        and values: a [1, 1, past, 1] view of ``mark``, not the buffers' rows.
+        The transformer reads only their length (shape[2], for the position
+        embeddings) and the attention reads the buffers itself (``store``,
+        ``attend``). Why: MAX reads a buffer's rows into a new tensor, and a
+        read nobody uses stays in the graph: it cost a decode step of GPT-2
+        124M ~10 ms at 896 positions (9.1-11.5 vs 19.5-21.8 ms, q8_0)."""
+        view = self.mark.reshape([1, 1, self.past, 1])
+        return view, view
 
     def store(self, k, v):
         """Write the new rows k, v [batch, n_head, seq, head_dim] at [past,
@@ -56,10 +76,29 @@ class Slot:
         upto = (slice(None), slice(None), (slice(0, end), self.past + seq), slice(None))
         return self.keys[upto], self.values[upto]
 
+    def attend(self, qkv, n_embd: int):
+        """model/kernels' ``cached_attention``: qkv [batch, seq, 3 * n_embd]
+        (c_attn's output) -> [batch, seq, n_embd], the heads merged; the new
+        keys and values stored at [past, past + seq) of the buffers."""
+        from max.dtype import DType
+        from max.experimental import functional as F
+        from max.graph import DeviceRef, TensorType
 
-def in_place(attention_class, causal_mask):
+        from model.fast_linear import kernel_library
+
+        out = TensorType(DType.float32, [qkv.shape[0], qkv.shape[1], n_embd], device=DeviceRef.CPU())
+        start = self.start.__tensorvalue__().reshape([1])  # the op takes it as a one-element tensor
+        # The buffers as buffers: a Tensor would be read into a new tensor (a copy) first.
+        values = [qkv.__tensorvalue__(), self.keys.__buffervalue__(), self.values.__buffervalue__(), start]
+        return F.inplace_custom("cached_attention", DeviceRef.CPU(), values, [out],
+                                custom_extensions=[kernel_library()])[0]
+
+
+def in_place(attention_class, causal_mask, fused: bool = False):
     """``attention_class`` (step 07's, or step 15's which also keeps its
-    probabilities) with its cache in this module's buffers."""
+    probabilities) with its cache in this module's buffers; ``fused``: the
+    attention itself in model/kernels' op (CPU, float32 activations, not for
+    step 15's, whose probabilities the op does not keep)."""
     from max.experimental import functional as F
     from max.experimental import nn
 
@@ -69,6 +108,8 @@ def in_place(attention_class, causal_mask):
             self.slot = Slot()
 
         def forward(self, x, past_key=None, past_value=None, **_):
+            if fused:  # c_attn, then the op (store, attend, heads merged), then c_proj
+                return self.c_proj(self.slot.attend(self.c_attn(x), self.n_embd)), None, None
             # Step 07's forward, with slot.store in place of the F.concat.
             q, k, v = F.split(self.c_attn(x), [self.n_embd, self.n_embd, self.n_embd], axis=-1)
             q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
@@ -77,7 +118,8 @@ def in_place(attention_class, causal_mask):
             mask = causal_mask(seq, k.shape[2] - seq, dtype=x.dtype, device=x.device)
             return self.c_proj(self._merge_heads(self._attn(q, k, v, mask))), k, v
 
-    InPlaceAttention.__name__ = InPlaceAttention.__qualname__ = f"InPlace{attention_class.__name__}"
+    name = f"{'Fused' if fused else ''}InPlace{attention_class.__name__}"
+    InPlaceAttention.__name__ = InPlaceAttention.__qualname__ = name
     return InPlaceAttention
 
 
