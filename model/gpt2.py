@@ -256,8 +256,8 @@ def build_lm(kit: Course, config, placement: Placement, with_attention: bool = F
 
         layers["linear"] = few_rows_linear
     attention = kit.GPT2AttentionWithWeights if with_attention else kit.GPT2MultiHeadAttention
-    if cache == "in_place":  # on the CPU, the attention itself in model/kernels (model/kv_cache.py says why)
-        attention = in_place(attention, kit.causal_mask, fused=placement.kind == "cpu" and not with_attention)
+    if cache == "in_place":
+        attention = in_place(attention, kit.causal_mask)
     if attention is not kit.GPT2MultiHeadAttention:
         layers["attention"] = attention
     with F.lazy(), default_dtype(placement.max_dtype()):

@@ -16,17 +16,14 @@ The math is step 07's: the class below subclasses the course's own attention
 c_attn, ``_split_heads``, ``_attn``, ``_merge_heads``, c_proj and step 02's
 causal mask. Only where the keys and values are kept differs.
 
-On the CPU (``fused=True``) the part between c_attn and c_proj is one custom
-op instead, ``cached_attention`` (model/kernels/attention.mojo): it stores
-the new keys and values and attends over the buffers where they lie. Why:
-MAX reads a buffer's rows back as a new tensor, and the chain of graph ops
-around it (head transposes, mask, softmax) cost a decode step of GPT-2 124M
-~10-13 ms more at 896 positions than at 16, several times llama.cpp's
-whole long-context overhead (measured: README, "Profile of a decode step").
-The op does step 07's arithmetic in another order; the graph that keeps
-one layer's probabilities (the attention map) keeps the course's path.
-``tests/test_kv_cache.py`` checks that all of them give the same logits and
+``tests/test_kv_cache.py`` checks that both give the same logits and
 greedy tokens.
+
+Tried and not kept: the attention between c_attn and c_proj as one Mojo op
+over the buffers (model/kernels/attention.mojo in commit 1f4f963): a q8_0
+decode step 9.07-9.43 vs 9.24-10.45 ms at 896 positions, within noise at
+16, and prefill 512 slower (693-868 vs 636-735 ms): README, "Profile of a
+decode step". What made the long context slow was elsewhere (``cached``).
 """
 
 from __future__ import annotations
@@ -56,10 +53,10 @@ class Slot:
         """What the course's transformer is handed as this layer's past keys
         and values: a [1, 1, past, 1] view of ``mark``, not the buffers' rows.
         The transformer reads only their length (shape[2], for the position
-        embeddings) and the attention reads the buffers itself (``store``,
-        ``attend``). Why: MAX reads a buffer's rows into a new tensor, and a
-        read nobody uses stays in the graph: it cost a decode step of GPT-2
-        124M ~10 ms at 896 positions (9.1-11.5 vs 19.5-21.8 ms, q8_0)."""
+        embeddings) and the attention reads the buffers itself (``store``).
+        Why: MAX reads a buffer's rows into a new tensor, and a read nobody
+        uses stays in the graph: it cost a decode step of GPT-2 124M ~10 ms
+        at 896 positions (9.1-11.5 vs 19.5-21.8 ms, q8_0, one process)."""
         view = self.mark.reshape([1, 1, self.past, 1])
         return view, view
 
@@ -76,29 +73,10 @@ class Slot:
         upto = (slice(None), slice(None), (slice(0, end), self.past + seq), slice(None))
         return self.keys[upto], self.values[upto]
 
-    def attend(self, qkv, n_embd: int):
-        """model/kernels' ``cached_attention``: qkv [batch, seq, 3 * n_embd]
-        (c_attn's output) -> [batch, seq, n_embd], the heads merged; the new
-        keys and values stored at [past, past + seq) of the buffers."""
-        from max.dtype import DType
-        from max.experimental import functional as F
-        from max.graph import DeviceRef, TensorType
 
-        from model.fast_linear import kernel_library
-
-        out = TensorType(DType.float32, [qkv.shape[0], qkv.shape[1], n_embd], device=DeviceRef.CPU())
-        start = self.start.__tensorvalue__().reshape([1])  # the op takes it as a one-element tensor
-        # The buffers as buffers: a Tensor would be read into a new tensor (a copy) first.
-        values = [qkv.__tensorvalue__(), self.keys.__buffervalue__(), self.values.__buffervalue__(), start]
-        return F.inplace_custom("cached_attention", DeviceRef.CPU(), values, [out],
-                                custom_extensions=[kernel_library()])[0]
-
-
-def in_place(attention_class, causal_mask, fused: bool = False):
+def in_place(attention_class, causal_mask):
     """``attention_class`` (step 07's, or step 15's which also keeps its
-    probabilities) with its cache in this module's buffers; ``fused``: the
-    attention itself in model/kernels' op (CPU, float32 activations, not for
-    step 15's, whose probabilities the op does not keep)."""
+    probabilities) with its cache in this module's buffers."""
     from max.experimental import functional as F
     from max.experimental import nn
 
@@ -108,8 +86,6 @@ def in_place(attention_class, causal_mask, fused: bool = False):
             self.slot = Slot()
 
         def forward(self, x, past_key=None, past_value=None, **_):
-            if fused:  # c_attn, then the op (store, attend, heads merged), then c_proj
-                return self.c_proj(self.slot.attend(self.c_attn(x), self.n_embd)), None, None
             # Step 07's forward, with slot.store in place of the F.concat.
             q, k, v = F.split(self.c_attn(x), [self.n_embd, self.n_embd, self.n_embd], axis=-1)
             q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
@@ -118,8 +94,7 @@ def in_place(attention_class, causal_mask, fused: bool = False):
             mask = causal_mask(seq, k.shape[2] - seq, dtype=x.dtype, device=x.device)
             return self.c_proj(self._merge_heads(self._attn(q, k, v, mask))), k, v
 
-    name = f"{'Fused' if fused else ''}InPlace{attention_class.__name__}"
-    InPlaceAttention.__name__ = InPlaceAttention.__qualname__ = name
+    InPlaceAttention.__name__ = InPlaceAttention.__qualname__ = f"InPlace{attention_class.__name__}"
     return InPlaceAttention
 
 
