@@ -5,17 +5,24 @@ which the weights stream from memory. MAX 26.7's CPU matmul streamed GPT-2's
 fp32 weights at 11-15 GB/s for one row (``x @ W.T``: it tiles and packs W at
 run time), where llama.cpp reads them at 26-36 GB/s on the same 2 cores.
 ``model/kernels/matmul.mojo`` reads W once, in the checkpoint's own [out, in]
-layout, and reached 22-27 GB/s on GPT-2 124M's MLP matmuls (``python -m
+layout, and reached 22-38 GB/s on GPT-2 124M's matmuls (``python -m
 bench.kernels``). For many rows (a long prompt) MAX's tiled matmul is the
-better kernel, so every layer asks at run time how many rows it got:
+better kernel, so the float32 op asks how many rows it got:
 
-    rows <= FEW_ROWS   the custom op (decode, small batches, short prompts)
-    rows >  FEW_ROWS   x @ W.T, exactly what step 04's nn.Linear does
+    rows <= FEW_ROWS   its own tiles (decode, small batches, short prompts)
+    rows >  FEW_ROWS   MAX's CPU matmul (MatmulCPU, what ``x @ W.T`` runs),
+                       called from inside the op
 
-Both branches are in the one compiled graph (``F.cond``); the weights,
-their names ("weight" [out, in], "bias" [out]) and the results are the
-course's nn.Linear's (tests/test_fast_linear.py compares them, and the
-tokens of whole models built both ways).
+The choice is made inside the op, not by an ``F.cond`` in the graph: a cond
+per layer cost a decode step ~1 ms, and it kept MAX from fusing the bias
+add (and c_fc's gelu) into the matmul, so each ran as a kernel of its own.
+The op's output is a fused output: MAX now folds what follows into it.
+The Q8_0 op (model/quantize.py) still chooses with ``few_rows_or``'s cond:
+its many-rows path dequantizes the weights in the graph.
+
+The weights, their names ("weight" [out, in], "bias" [out]) and the results
+are the course's nn.Linear's (tests/test_fast_linear.py compares them, and
+the tokens of whole models built both ways).
 
 ``few_rows_linear`` is the course's ``linear`` maker (steps 04, 07, 11 take
 one), used by ``load_gpt2`` for float32 on the CPU (``linear="custom"``,
@@ -35,24 +42,31 @@ from pathlib import Path
 
 KERNELS = Path(__file__).resolve().parent / "kernels"  # the Mojo package: kernel_library() compiles it (~2 s)
 LINEARS = ("course", "custom")  # load_gpt2's linear= / --linear: step 04's nn.Linear, or this file's
-FEW_ROWS = 16  # python -m bench.kernels here: equal at 16 rows; at 32 MAX 1.3x faster in one run, 0.9x in another
+FEW_ROWS = 16  # the kernels' own FEW_ROWS (matmul.mojo): python -m bench.kernels, equal at 16 rows
+
+
+def rows_matmul(x, out_dim: int, kernel):
+    """``kernel(x2)`` on ``x`` [..., in] flattened to [rows, in], reshaped
+    back to ``x``'s leading shape and ``out_dim`` columns."""
+    lead = list(x.shape[:-1])
+    return kernel(x.reshape([-1, x.shape[-1]])).reshape([*lead, out_dim])
 
 
 def few_rows_or(x, out_dim: int, kernel, otherwise):
-    """``kernel(x2)`` when ``x`` has at most FEW_ROWS rows, else
-    ``otherwise(x2)``, where x2 is ``x`` [..., in] flattened to [rows, in];
-    the result has ``x``'s leading shape and ``out_dim`` columns."""
+    """``rows_matmul`` with ``kernel(x2)`` when ``x`` has at most FEW_ROWS
+    rows, else ``otherwise(x2)``, chosen in the graph by an ``F.cond`` (the
+    Q8_0 layer's choice; the float32 op chooses inside itself)."""
     from max.dtype import DType
     from max.experimental import functional as F
     from max.graph import DeviceRef, TensorType
 
-    lead = list(x.shape[:-1])
-    x2 = x.reshape([-1, x.shape[-1]])
-    rows = x2.shape[0]
-    few = F.shape_to_tensor([rows]).reshape([]) <= FEW_ROWS
-    out_type = TensorType(DType.float32, [rows, out_dim], device=DeviceRef.CPU())
-    (y,) = F.cond(few, [out_type], lambda: kernel(x2), lambda: otherwise(x2))
-    return y.reshape([*lead, out_dim])
+    def choose(x2):
+        rows = x2.shape[0]
+        few = F.shape_to_tensor([rows]).reshape([]) <= FEW_ROWS
+        out_type = TensorType(DType.float32, [rows, out_dim], device=DeviceRef.CPU())
+        return F.cond(few, [out_type], lambda: kernel(x2), lambda: otherwise(x2))[0]
+
+    return rows_matmul(x, out_dim, choose)
 
 
 def outside_branches(weight):
@@ -114,8 +128,9 @@ def few_rows_linear_class():
     from max.experimental.tensor import Tensor
 
     class FewRowsLinear(nn.Module):
-        """``nn.Linear(in_dim, out_dim, bias)`` for the CPU in float32: the
-        custom GEMV kernel for few rows, MAX's matmul for many."""
+        """``nn.Linear(in_dim, out_dim, bias)`` for the CPU in float32: one
+        custom op, this project's GEMV tiles for few rows, MAX's matmul for
+        many; the bias add is fused into it by MAX."""
 
         def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
             super().__init__()
@@ -124,10 +139,8 @@ def few_rows_linear_class():
             self.bias = Tensor.zeros([out_dim]) if bias else None
 
         def forward(self, x):
-            w = outside_branches(self.weight)
-            y = few_rows_or(x, self.out_features,
-                            lambda x2: custom_matmul("few_rows_matmul_f32", x2, [w], self.out_features),
-                            lambda x2: x2 @ w.T)
+            y = rows_matmul(x, self.out_features,
+                            lambda x2: custom_matmul("few_rows_matmul_f32", x2, [self.weight], self.out_features))
             return y if self.bias is None else y + self.bias
 
     return FewRowsLinear

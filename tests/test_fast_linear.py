@@ -164,6 +164,17 @@ def test_q8_0_on_random_checkpoints_keeps_every_argmax_of_the_reference(name):
     assert greedy_tokens(gpt2, ref["prompt"], 3) == ref["greedy"][0, :3].tolist()
 
 
+def test_the_kernels_and_the_q8_0_cond_split_rows_at_the_same_count():
+    # The float32 op picks its own tiles or MAX's matmul inside itself
+    # (matmul.mojo's FEW_ROWS); the Q8_0 layer's F.cond uses fast_linear's.
+    import re
+
+    from model.fast_linear import KERNELS
+
+    source = (KERNELS / "matmul.mojo").read_text()
+    assert re.search(r"^comptime FEW_ROWS = (\d+)", source, re.M).group(1) == str(FEW_ROWS)
+
+
 def test_the_kernel_library_is_compiled_once_per_source(tmp_path, monkeypatch):
     """model/kernels is precompiled into one .mojoc named by its sources (MAX
     would run `mojo precompile` at every session and call given the folder)."""

@@ -7,9 +7,14 @@
 # 2 cores. These kernels read W once, as it is stored ([N, K] for fp32, 8-row
 # tiles for Q8_0: below), each task a contiguous band of rows, 8 weight rows
 # x 1 input row per tile (decode) or 4 x 4 (a few input rows), so every
-# weight vector loaded is used for every input row. model/fast_linear.py
-# calls them for up to FEW_ROWS rows and MAX's own matmul above that;
-# `python -m bench.kernels` measures both.
+# weight vector loaded is used for every input row. For more than FEW_ROWS
+# input rows (a prompt) the f32 op hands the product to MAX's own CPU matmul
+# (MatmulCPU, the kernel `x @ W.T` compiles to), from inside the op: the
+# graph then needs no F.cond to choose, and both paths write through the
+# op's fused output, so MAX fuses the ops that follow (the bias add, gelu)
+# into this op instead of running each as a kernel of its own. The Q8_0 op
+# is still chosen by an F.cond in model/quantize.py (its many-rows path
+# dequantizes in the graph). `python -m bench.kernels` measures both.
 #
 #   few_rows_matmul_f32   x [M, K] f32, W [N, K] f32             -> y [M, N] f32
 #   few_rows_matmul_q8_0  x [M, K] f32, W codes [T, K * 8] int8,
@@ -29,12 +34,15 @@
 # makes the layout).
 
 import extensibility
-from extensibility import InputTensor, OutputTensor
+from extensibility import InputTensor
+from extensibility import _FusedOutputTensor as FusedOutputTensor
+from builtin_kernels.linalg import MatmulCPU
 from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
 from std.memory import alloc, bitcast, stack_allocation
 from std.sys import llvm_intrinsic
 from std.sys.info import CompilationTarget
+from std.utils.index import IndexList
 
 comptime F32 = DType.float32
 comptime V = 16  # float32 lanes of one AVX-512 register
@@ -48,6 +56,10 @@ comptime Q = 32  # weights per Q8_0 block
 # no better.
 comptime ROWS = 8
 comptime TASKS = 8  # bands of rows (the runtime spreads them over the cores)
+# Input rows up to which the f32 op runs its own tiles; above, MAX's matmul
+# (python -m bench.kernels: equal at 16 rows; at 32 MAX 1.3x faster in one
+# run, 0.9x in another).
+comptime FEW_ROWS = 16
 
 
 def band(N: Int, t: Int) -> Tuple[Int, Int]:
@@ -58,11 +70,12 @@ def band(N: Int, t: Int) -> Tuple[Int, Int]:
 
 @always_inline
 def tile_f32[R: Int, MB: Int](
-    xp: UnsafePointer[Float32, _], wp: UnsafePointer[Float32, _], yp: UnsafePointer[mut=True, Float32, _],
-    K: Int, N: Int, r: Int, m0: Int,
+    xp: UnsafePointer[Float32, _], wp: UnsafePointer[Float32, _], y: FusedOutputTensor[dtype=F32, rank=2, ...],
+    K: Int, r: Int, m0: Int,
 ):
     """y[m0:m0+MB, r:r+R] from W rows r..r+R: each W vector is loaded once
-    and multiplied into MB accumulators (kept in registers once unrolled)."""
+    and multiplied into MB accumulators (kept in registers once unrolled).
+    Results go through y's fused store: the epilogue MAX fused in, if any."""
     var acc = stack_allocation[R * MB * V, Float32]()
     comptime for a in range(R * MB):
         acc.store(a * V, SIMD[F32, V](0))
@@ -78,7 +91,7 @@ def tile_f32[R: Int, MB: Int](
             var s = acc.load[width=V]((i * MB + j) * V).reduce_add()
             for k in range(kv, K):  # a width that is not a multiple of V
                 s += wp.load((r + i) * K + k) * xp.load((m0 + j) * K + k)
-            yp.store((m0 + j) * N + r + i, s)
+            y._fused_store[1, 2](IndexList[2](m0 + j, r + i), SIMD[F32, 1](s))
 
 
 comptime P = 2 * Q  # weights per step of the Q8_0 kernel: two blocks, one 512-bit register of bytes
@@ -101,7 +114,7 @@ def dot4(acc: SIMD[DType.int32, 16], u: SIMD[DType.uint8, P], s: SIMD[DType.int8
 @always_inline
 def tile_q8_0[R: Int, MB: Int](
     xq: UnsafePointer[Int8, _], xs: UnsafePointer[Float32, _], xc: UnsafePointer[Int32, _],
-    qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], yp: UnsafePointer[mut=True, Float32, _],
+    qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], y: FusedOutputTensor[dtype=F32, rank=2, ...],
     K: Int, N: Int, t: Int, i0: Int, m0: Int,
 ):
     """y[m0:m0+MB, rows t*ROWS+i0 .. +R] from tile t of the interleaved
@@ -130,7 +143,7 @@ def tile_q8_0[R: Int, MB: Int](
         var row = t * ROWS + i0 + i
         if row < N:  # the last tile's padding rows are not outputs
             comptime for j in range(MB):
-                yp.store((m0 + j) * N + row, acc.load[width=16]((i * MB + j) * 16).reduce_add())
+                y._fused_store[1, 2](IndexList[2](m0 + j, row), SIMD[F32, 1](acc.load[width=16]((i * MB + j) * 16).reduce_add()))
 
 
 def prepare_inputs(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, Int8, _],
@@ -155,35 +168,38 @@ def prepare_inputs(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, In
 struct FewRowsMatmulF32:
     @staticmethod
     def execute[target: StaticString](
-        y: OutputTensor[dtype=F32, rank=2, ...],
+        y: FusedOutputTensor[dtype=F32, rank=2, ...],
         x: InputTensor[dtype=F32, rank=2, ...],
         w: InputTensor[dtype=F32, rank=2, ...],
         ctx: DeviceContext,
     ) raises:
         var M = x.dim_size(0)
+        if M > FEW_ROWS:  # a prompt: MAX's tiled matmul, the fused epilogue applied by it
+            MatmulCPU.execute[transpose_b=True, packed_b=False, has_epilogue_fusion=True, target=target,
+                              _trace_name="few_rows_matmul_f32"](y, x, w, ctx)
+            return
         var K = x.dim_size(1)
         var N = w.dim_size(0)
         var xp = x.unsafe_ptr()
         var wp = w.unsafe_ptr()
-        var yp = y.unsafe_ptr()
 
-        def work(t: Int) {var M, var K, var N, var xp, var wp, var yp}:
+        def work(t: Int) {var M, var K, var N, var xp, var wp, var y}:
             var rows = band(N, t)
             var r = rows[0]
             while r < rows[1]:
                 if r + ROWS <= rows[1]:
                     var m = 0
                     while m + 4 <= M:
-                        tile_f32[ROWS // 2, 4](xp, wp, yp, K, N, r, m)
-                        tile_f32[ROWS // 2, 4](xp, wp, yp, K, N, r + ROWS // 2, m)
+                        tile_f32[ROWS // 2, 4](xp, wp, y, K, r, m)
+                        tile_f32[ROWS // 2, 4](xp, wp, y, K, r + ROWS // 2, m)
                         m += 4
                     while m < M:
-                        tile_f32[ROWS, 1](xp, wp, yp, K, N, r, m)
+                        tile_f32[ROWS, 1](xp, wp, y, K, r, m)
                         m += 1
                     r += ROWS
                 else:  # the last rows of a matrix whose height is not a multiple of ROWS
                     for m in range(M):
-                        tile_f32[1, 1](xp, wp, yp, K, N, r, m)
+                        tile_f32[1, 1](xp, wp, y, K, r, m)
                     r += 1
 
         parallelize(work, TASKS)
@@ -193,7 +209,7 @@ struct FewRowsMatmulF32:
 struct FewRowsMatmulQ8_0:
     @staticmethod
     def execute[target: StaticString](
-        y: OutputTensor[dtype=F32, rank=2, ...],
+        y: FusedOutputTensor[dtype=F32, rank=2, ...],
         x: InputTensor[dtype=F32, rank=2, ...],
         codes: InputTensor[dtype=DType.int8, rank=2, ...],
         scales: InputTensor[dtype=DType.float16, rank=2, ...],
@@ -205,22 +221,21 @@ struct FewRowsMatmulQ8_0:
         var tiles = codes.dim_size(0)
         var qp = codes.unsafe_ptr()
         var dp = scales.unsafe_ptr()
-        var yp = y.unsafe_ptr()
         var xq = alloc[Int8](M * K)
         var xs = alloc[Float32](M * K // P * 16)
         var xc = alloc[Int32](M * K // P * 16)
         prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
-        def work(task: Int) {var M, var K, var N, var tiles, var xq, var xs, var xc, var qp, var dp, var yp}:
+        def work(task: Int) {var M, var K, var N, var tiles, var xq, var xs, var xc, var qp, var dp, var y}:
             var per = (tiles + TASKS - 1) // TASKS
             for t in range(task * per, min(task * per + per, tiles)):
                 var m = 0
                 while m + 4 <= M:
-                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, yp, K, N, t, 0, m)
-                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, yp, K, N, t, ROWS // 2, m)
+                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
+                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, ROWS // 2, m)
                     m += 4
                 while m < M:
-                    tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, yp, K, N, t, 0, m)
+                    tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
                     m += 1
 
         parallelize(work, TASKS)
