@@ -11,7 +11,9 @@ weights read, and the ratio), then the Q8_0 kernel on the same shapes
 from numpy. ``--hot`` uses two weight matrices 12 times each, so the weights
 sit in the CPU's cache: a kernel as fast there as out of it is limited by
 its instructions, not by memory. This is where model/fast_linear.py's
-FEW_ROWS came from.
+FEW_ROWS came from. (Above FEW_ROWS rows the fp32 op hands the product to
+MAX's own matmul from inside itself, so there the two columns time the same
+kernel.)
 """
 
 from __future__ import annotations
