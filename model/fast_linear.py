@@ -17,8 +17,9 @@ The choice is made inside the op, not by an ``F.cond`` in the graph: a cond
 per layer cost a decode step ~1 ms, and it kept MAX from fusing the bias
 add (and c_fc's gelu) into the matmul, so each ran as a kernel of its own.
 The op's output is a fused output: MAX now folds what follows into it.
-The Q8_0 op (model/quantize.py) still chooses with ``few_rows_or``'s cond:
-its many-rows path dequantizes the weights in the graph.
+The Q8_0 op (model/quantize.py's Q8_0Linear) is one call too: its
+integer-dot tiles run for any number of rows (on a 512-token prompt as fast
+as dequantizing the weights and calling MAX's matmul, which it replaced).
 
 The weights, their names ("weight" [out, in], "bias" [out]) and the results
 are the course's nn.Linear's (tests/test_fast_linear.py compares them, and
@@ -50,31 +51,6 @@ def rows_matmul(x, out_dim: int, kernel):
     back to ``x``'s leading shape and ``out_dim`` columns."""
     lead = list(x.shape[:-1])
     return kernel(x.reshape([-1, x.shape[-1]])).reshape([*lead, out_dim])
-
-
-def few_rows_or(x, out_dim: int, kernel, otherwise):
-    """``rows_matmul`` with ``kernel(x2)`` when ``x`` has at most FEW_ROWS
-    rows, else ``otherwise(x2)``, chosen in the graph by an ``F.cond`` (the
-    Q8_0 layer's choice; the float32 op chooses inside itself)."""
-    from max.dtype import DType
-    from max.experimental import functional as F
-    from max.graph import DeviceRef, TensorType
-
-    def choose(x2):
-        rows = x2.shape[0]
-        few = F.shape_to_tensor([rows]).reshape([]) <= FEW_ROWS
-        out_type = TensorType(DType.float32, [rows, out_dim], device=DeviceRef.CPU())
-        return F.cond(few, [out_type], lambda: kernel(x2), lambda: otherwise(x2))[0]
-
-    return rows_matmul(x, out_dim, choose)
-
-
-def outside_branches(weight):
-    """``weight`` as a value of the enclosing graph: a weight first touched
-    inside one branch of ``F.cond`` would live in that branch only, and the
-    other branch could not use it (MAX: "operand does not dominate this
-    use"). A reshape to its own shape is a view: nothing is copied."""
-    return weight.reshape(list(weight.shape))
 
 
 def custom_matmul(name: str, x2, weights: list, out_dim: int):

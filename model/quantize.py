@@ -18,9 +18,11 @@ block; here the codes (int8) and the scales (float16) are two arrays (the
 same numbers; aligned vector loads in the kernel), each tile of 8 output
 rows stored as one stream (``interleave_q8_0``: per step of 64 weights, the
 8 rows' codes back to back; the kernel reads one stream per tile instead of
-8 rows K bytes apart, 1.6-2x faster). Few rows (decode) run the custom op;
-many rows (a long prompt) put the rows back in order and dequantize them in
-the graph, then use MAX's matmul (model/fast_linear.py's rule).
+8 rows K bytes apart, 1.6-2x faster). The custom op runs for any number
+of rows: decode, and a long prompt too (there its integer dot products
+matched dequantizing the weights in the graph for MAX's matmul, the earlier
+many-rows path, which cost an F.cond per layer and kept the bias add out of
+the op: q8_0 decode went from ~145 to ~190 tok/s without it).
 The kernel also rounds the activations to Q8_0 (8 bits per block of 32), as
 llama.cpp's q8_0 does, and takes input widths that are a multiple of 64.
 
@@ -170,21 +172,6 @@ def interleave_q8_0(codes: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, 
             np.ascontiguousarray(scales.reshape(tiles, Q8_0_TILE, steps, -1).transpose(0, 2, 1, 3)).reshape(tiles, -1))
 
 
-def deinterleave_q8_0(codes, scales, rows: int):
-    """The inverse of ``interleave_q8_0``: codes [rows, K] and scales
-    [rows, K / 32]. Takes numpy arrays and MAX tensors alike (Q8_0Linear's
-    many-rows branch runs it in the graph: a copy of the weights per call,
-    small next to that branch's matmul)."""
-    def back(a, per_step):
-        tiles, width = (int(d) for d in a.shape)
-        steps = width // (Q8_0_TILE * per_step)
-        a = a.reshape([tiles, steps, Q8_0_TILE, per_step])
-        a = a.permute([0, 2, 1, 3]) if hasattr(a, "permute") else a.transpose(0, 2, 1, 3)  # MAX / numpy
-        return a.reshape([tiles * Q8_0_TILE, steps * per_step])[:rows]
-
-    return back(codes, Q8_0_WIDTH_MULTIPLE), back(scales, Q8_0_WIDTH_MULTIPLE // BLOCK)
-
-
 def _inverse(a: np.ndarray) -> np.ndarray:
     """1 / a, with 0 where a is 0 (an all-zero group or block)."""
     return np.divide(1.0, a, out=np.zeros_like(a), where=a != 0)
@@ -261,14 +248,14 @@ def q8_0_linear_class():
     from max.experimental import nn
     from max.experimental.tensor import Tensor
 
-    from model.fast_linear import custom_matmul, few_rows_or, outside_branches
+    from model.fast_linear import custom_matmul, rows_matmul
 
     class Q8_0Linear(nn.Module):
         """A Linear whose weight is Q8_0 in tiles of 8 rows
         (``interleave_q8_0``): ``weight`` int8 codes [tiles, in * 8],
-        ``scales`` float16 [tiles, in / 4]; y = x @ (codes * scales)^T + b.
-        Few rows: model/kernels' custom op; many: rows put back in order and
-        dequantized in the graph, then MAX's matmul."""
+        ``scales`` float16 [tiles, in / 4]; y = x @ (codes * scales)^T + b,
+        one call of model/kernels' op for any number of rows (MAX fuses the
+        bias add into it)."""
 
         encoding = "q8_0"
         arrays = ("weight", "scales")  # what quantize_state fills: codes, scales
@@ -282,18 +269,10 @@ def q8_0_linear_class():
             self.bias = Tensor.zeros([out_dim]) if bias else None
             self.traced = Traced()
 
-        def dequantized(self, codes, scales):
-            codes, scales = deinterleave_q8_0(codes, scales, self.out_features)
-            rows, cols = codes.shape
-            blocks = codes.cast(DType.float32).reshape([rows, cols // BLOCK, BLOCK])
-            return (blocks * scales.cast(DType.float32).reshape([rows, cols // BLOCK, 1])).reshape([rows, cols])
-
         def forward(self, x):
             self.traced.ran = True
-            codes, scales = outside_branches(self.weight), outside_branches(self.scales)
-            y = few_rows_or(x, self.out_features,
-                            lambda x2: custom_matmul("few_rows_matmul_q8_0", x2, [codes, scales], self.out_features),
-                            lambda x2: x2 @ self.dequantized(codes, scales).T)
+            y = rows_matmul(x, self.out_features,
+                            lambda x2: custom_matmul("few_rows_matmul_q8_0", x2, [self.weight, self.scales], self.out_features))
             return y if self.bias is None else y + self.bias
 
     return Q8_0Linear

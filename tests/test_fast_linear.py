@@ -33,8 +33,8 @@ def test_q8_0_is_ggml_s_rounding():
 def test_the_interleaved_q8_0_layout_keeps_every_code_and_scale_where_the_kernel_reads_it():
     # model/kernels/matmul.mojo's tile_q8_0 reads tile t, step p, row i's 64
     # codes at (t * steps + p) * 8 * 64 + i * 64 and its two scales at
-    # (t * steps + p) * 16 + 2 * i; the many-rows branch undoes the layout.
-    from model.quantize import Q8_0_TILE, deinterleave_q8_0
+    # (t * steps + p) * 16 + 2 * i.
+    from model.quantize import Q8_0_TILE
 
     n, k = 13, 128  # a last tile of 5 rows: padded with zero rows
     codes = np.arange(n * k).astype(np.int8).reshape(n, k)
@@ -52,9 +52,6 @@ def test_the_interleaved_q8_0_layout_keeps_every_code_and_scale_where_the_kernel
             at = (t * steps + p) * 2 * 8 + 2 * i
             want = scales[row, 2 * p:2 * p + 2] if row < n else np.zeros(2, np.float16)
             np.testing.assert_array_equal(flat_scales[at:at + 2], want)
-    back_codes, back_scales = deinterleave_q8_0(packed_codes, packed_scales, n)
-    np.testing.assert_array_equal(back_codes, codes)
-    np.testing.assert_array_equal(back_scales, scales)
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +104,9 @@ def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
     want_q8 = b @ q8_dense.T + arrays["q8.bias"]
     assert got_f32.shape == got_q8.shape == (batch, seq, 37)
     assert np.abs(got_f32 - want_f32).max() <= 1e-4 * np.abs(want_f32).max()
-    # Few rows: the kernel rounds the activations to 8 bits per block of 32
-    # (as llama.cpp's q8_0); many rows: exact dequantized weights.
-    tolerance = 0.01 if batch * seq <= FEW_ROWS else 1e-4
-    assert np.abs(got_q8 - want_q8).max() <= tolerance * np.abs(want_q8).max()
+    # The Q8_0 kernel rounds the activations to 8 bits per block of 32 (as
+    # llama.cpp's q8_0 does), for any number of rows.
+    assert np.abs(got_q8 - want_q8).max() <= 0.01 * np.abs(want_q8).max()
 
 
 def greedy_tokens(gpt2, prompt: np.ndarray, n: int) -> list[int]:
@@ -151,22 +147,27 @@ def test_q8_0_greedy_tokens_equal_float32_on_trained_checkpoints(name):
 
 
 @pytest.mark.parametrize("name", ["tiny-2l-4h", "tiny-3l-3h"])
-def test_q8_0_on_random_checkpoints_keeps_every_argmax_of_the_reference(name):
+def test_q8_0_on_random_checkpoints_stays_near_the_reference(name):
     # Random weights give near-uniform logits, where any rounding flips a
     # near-tie: free-running greedy text leaves HF's after 3 (tiny-2l-4h) and
     # 10 (tiny-3l-3h) of 24 tokens (python -m bench.accuracy; llama.cpp's q8_0
-    # rounds activations the same way). What holds: the top token at every
-    # position of the reference input, and the first tokens of greedy.
+    # rounds activations the same way). On the reference input (2 x 16
+    # positions) one top token flips in each checkpoint, where HF's top two
+    # logits are 0.006 and 0.004 apart. What holds: the logits within 5% of
+    # their scale (measured: 3.4% and 1.2%, activations and weights both
+    # rounded to 8 bits), the top token at all but 2 of the 32 positions,
+    # and the first tokens of greedy.
     gpt2, ref = q8_0_model(name)
     logits = gpt2.forward_logits(ref["ids"])
-    assert (logits.argmax(-1) == ref["logits"].argmax(-1)).all()
-    assert np.abs(logits - ref["logits"]).max() <= 0.03 * np.abs(ref["logits"]).max()
+    assert np.abs(logits - ref["logits"]).max() <= 0.05 * np.abs(ref["logits"]).max()
+    assert (logits.argmax(-1) != ref["logits"].argmax(-1)).sum() <= 2
     assert greedy_tokens(gpt2, ref["prompt"], 3) == ref["greedy"][0, :3].tolist()
 
 
-def test_the_kernels_and_the_q8_0_cond_split_rows_at_the_same_count():
-    # The float32 op picks its own tiles or MAX's matmul inside itself
-    # (matmul.mojo's FEW_ROWS); the Q8_0 layer's F.cond uses fast_linear's.
+def test_the_python_few_rows_is_the_kernel_s():
+    # The float32 op picks its own tiles or MAX's matmul inside itself at
+    # matmul.mojo's FEW_ROWS; the tests above put their row counts on both
+    # sides of it through fast_linear's copy (Mojo cannot import Python's).
     import re
 
     from model.fast_linear import KERNELS
