@@ -13,8 +13,8 @@
 # graph then needs no F.cond to choose, and both paths write through the
 # op's fused output, so MAX fuses the ops that follow (the bias add, gelu)
 # into this op instead of running each as a kernel of its own. The Q8_0 op
-# is still chosen by an F.cond in model/quantize.py (its many-rows path
-# dequantizes in the graph). `python -m bench.kernels` measures both.
+# runs its integer-dot tiles for any number of rows (on a prompt as fast as
+# dequantizing for MAX's matmul was). `python -m bench.kernels` measures both.
 #
 #   few_rows_matmul_f32   x [M, K] f32, W [N, K] f32             -> y [M, N] f32
 #   few_rows_matmul_q8_0  x [M, K] f32, W codes [T, K * 8] int8,
