@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llama-cpp", type=Path, default=None, help="llama.cpp bin dir (default: what `pixi run llama-setup` built)")
     p.add_argument("--no-llama-cpp", action="store_true", help="measure this project's server only")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
-    p.add_argument("--linear", default="course", choices=LINEARS,
-                   help="python -m serve --linear: nn.Linear (course, default) or the few-rows Mojo kernel")
+    p.add_argument("--linear", default="custom", choices=LINEARS,
+                   help="python -m serve --linear: this project's Mojo op (custom, default) or nn.Linear (course)")
     p.add_argument("--serve-flag", action="append", default=[], metavar="FLAG",
                    help="pass FLAG on to max serve (repeatable), e.g. --serve-flag=--enable-in-flight-batching")
     args = p.parse_args(argv)

@@ -43,10 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "this many full windows (default 8). Changing it recompiles the graph once.")
     p.add_argument("--max-length", type=int, default=None,
                    help="prompt + completion tokens per request (default: the model's n_positions)")
-    p.add_argument("--linear", default="course", choices=LINEARS,
-                   help="float32 on the CPU: course (default) runs the Linear layers on step 04's nn.Linear, "
-                        "custom on this project's Mojo kernel for few rows (model/fast_linear.py; measured no "
-                        "faster behind the engine at 8 and 32 clients: README, Serving)")
+    p.add_argument("--linear", default="custom", choices=LINEARS,
+                   help="float32 on the CPU: custom (default, as generate's) runs the Linear layers on this "
+                        "project's Mojo op (model/fast_linear.py: its own tiles for few rows, MAX's matmul for "
+                        "more, the bias fused in; README, Serving), course on step 04's nn.Linear")
     p.add_argument("--dry-run", action="store_true", help="print the max serve command and exit")
     return p
 

@@ -99,7 +99,7 @@ def test_the_linear_choice_reaches_the_engine(monkeypatch):
         args.passthrough = []
         return serve_command(args)[1]
 
-    assert env()[LINEAR] == "course" and env("--linear", "custom")[LINEAR] == "custom"
+    assert env()[LINEAR] == "custom" and env("--linear", "course")[LINEAR] == "course"
     cpu32 = SimpleNamespace(devices=[DeviceRef.CPU()], dtype=DType.float32)
     gpu16 = SimpleNamespace(devices=[DeviceRef.GPU()], dtype=DType.bfloat16)
     monkeypatch.setenv(LINEAR, "custom")
