@@ -124,7 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     what = "a decode step's 49 matmuls" if args.step else "24 MLP matmuls" + (" (weights in cache)" if args.hot else "")
     print(f"GPT-2 124M's {what}; medians of {args.reps}")
     print(f"{'rows':>4} {'kernel fp32':>22} {'MAX x @ W.T':>22} {'ratio':>6} {'kernel q8_0':>22}  largest rel. diff")
-    reps = args.reps
     for rows in args.rows:
         x = rng.standard_normal((rows, shapes[0][1]), dtype=np.float32)
         cells, diffs, seconds = [], [], {}
@@ -133,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             model = session.load(graph(kind, rows, shapes))
             # MAX buffers, made once: handed numpy arrays, every call converts
             # each of them again, which added milliseconds to the figures.
-            args = [Buffer.from_numpy(a) for a in (x, *arrays)]
-            got = [t.to_numpy() for t in model.execute(*args)]
+            inputs = [Buffer.from_numpy(a) for a in (x, *arrays)]
+            got = [t.to_numpy() for t in model.execute(*inputs)]
             want = reference(x, q8_dense if kind == "q8_0" else dense, shapes)
             diffs.append(max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want)))
-            seconds[kind] = timed(model, args, reps)
+            seconds[kind] = timed(model, inputs, args.reps)
             cells.append(f"{seconds[kind] * 1e3:8.2f} ms {nbytes / seconds[kind] / 1e9:6.1f} GB/s")
         ratio = seconds["max"] / seconds["f32"]
         print(f"{rows:>4} {cells[0]:>22} {cells[1]:>22} {ratio:5.2f}x {cells[2]:>22}  "
