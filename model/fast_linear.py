@@ -46,23 +46,21 @@ LINEARS = ("course", "custom")  # load_gpt2's linear= / --linear: step 04's nn.L
 FEW_ROWS = 16  # the kernels' own FEW_ROWS (matmul.mojo): python -m bench.kernels, equal at 16 rows
 
 
-def rows_matmul(x, out_dim: int, kernel):
-    """``kernel(x2)`` on ``x`` [..., in] flattened to [rows, in], reshaped
-    back to ``x``'s leading shape and ``out_dim`` columns."""
-    lead = list(x.shape[:-1])
-    return kernel(x.reshape([-1, x.shape[-1]])).reshape([*lead, out_dim])
-
-
-def custom_matmul(name: str, x2, weights: list, out_dim: int):
-    """Call one of model/kernels' ops: [rows, in] -> [rows, out_dim] float32.
-    The call names the compiled library, so any graph (the app's, the
-    server's, a test's) that uses the op can be compiled as it is."""
+def custom_matmul(name: str, x, weights: list, out_dim: int):
+    """Call one of model/kernels' ops on ``x`` [..., in]: flattened to
+    [rows, in] for the op, the float32 result reshaped back to ``x``'s
+    leading shape and ``out_dim`` columns. The call names the compiled
+    library, so any graph (the app's, the server's, a test's) that uses the
+    op can be compiled as it is."""
     from max.dtype import DType
     from max.experimental import functional as F
     from max.graph import DeviceRef, TensorType
 
+    lead = list(x.shape[:-1])
+    x2 = x.reshape([-1, x.shape[-1]])
     out_type = TensorType(DType.float32, [x2.shape[0], out_dim], device=DeviceRef.CPU())
-    return F.custom(name, DeviceRef.CPU(), [x2, *weights], [out_type], custom_extensions=[kernel_library()])[0]
+    y = F.custom(name, DeviceRef.CPU(), [x2, *weights], [out_type], custom_extensions=[kernel_library()])[0]
+    return y.reshape([*lead, out_dim])
 
 
 def kernel_library() -> Path:
@@ -115,8 +113,7 @@ def few_rows_linear_class():
             self.bias = Tensor.zeros([out_dim]) if bias else None
 
         def forward(self, x):
-            y = rows_matmul(x, self.out_features,
-                            lambda x2: custom_matmul("few_rows_matmul_f32", x2, [self.weight], self.out_features))
+            y = custom_matmul("few_rows_matmul_f32", x, [self.weight], self.out_features)
             return y if self.bias is None else y + self.bias
 
     return FewRowsLinear
