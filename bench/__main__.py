@@ -172,6 +172,48 @@ def ratio(ours: dict, other: dict | None, key: str, sub: str | None, higher: boo
     return v / o if higher else o / v
 
 
+def merge_rounds(rounds: list[list[dict]]) -> list[dict]:
+    """One result per precision from several rounds: every number the median
+    of that number across the rounds that measured the precision (nested
+    figures too), everything else as the first round had it."""
+    def merge(values: list):
+        if all(isinstance(v, dict) for v in values):
+            return {k: merge([v[k] for v in values if k in v]) for k in values[0]}
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return statistics.median(values)
+        return values[0]
+
+    by_dtype: dict[str, list[dict]] = {}
+    for results in rounds:
+        for r in results:
+            by_dtype.setdefault(r["dtype"], []).append(r)
+    return [merge(rs) for rs in by_dtype.values()]
+
+
+def round_ratios(rounds: list[tuple[list[dict], list[dict]]]) -> list[str]:
+    """Per precision and figure, this project against llama.cpp at the same
+    weight format in each round (both measured minutes apart), and their
+    median: the spread is what one run's ratio can be trusted to."""
+    lines = []
+    for dtype in dict.fromkeys(r["dtype"] for ours, _ in rounds for r in ours):
+        figures = []
+        for label, key, sub, _, higher in ROWS:
+            if key in ("ttft_ms", "start_to_first_token_s", "peak_rss_mb"):
+                continue  # the time to first token is prefill 16 again; the others have no llama.cpp figure
+            xs = []
+            for ours, llama in rounds:
+                mine = next((r for r in ours if r["dtype"] == dtype), None)
+                theirs = next((r for r in llama if r["dtype"] == SAME_PRECISION.get(dtype)), None)
+                x = ratio(mine, theirs, key, sub, higher) if mine and theirs else None
+                if x is not None:
+                    xs.append(x)
+            if xs:
+                figures.append(f"{label} {' / '.join(f'{x:.2f}' for x in xs)} (median {statistics.median(xs):.2f}x)")
+        if figures:
+            lines.append(f"{dtype} vs llama.cpp {SAME_PRECISION[dtype]}, per round: " + "; ".join(figures))
+    return lines
+
+
 def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) -> str:
     """Every measured column, then ours / HF and ours / llama.cpp at the same precision."""
     llama = llama or []
@@ -222,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llama-cpp", type=Path, default=os.environ.get("GPT2_MAX_LLAMA_CPP"), metavar="BIN_DIR",
                    help="llama.cpp's build/bin folder (llama-bench, llama-quantize), the second baseline "
                         "(or GPT2_MAX_LLAMA_CPP; default: what `python -m bench.llama_cpp setup` built, if it did)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure this project and llama.cpp N times, alternated, and report medians across the "
+                        "rounds plus each round's ratio (this machine's speed drifts 20%% between minutes; "
+                        "default: 1)")
     p.add_argument("--cold-compile", action="store_true", help="also time a compile with an empty MAX cache")
     p.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
     p.add_argument("--linear", default="custom", choices=LINEARS,
@@ -244,17 +290,38 @@ def main(argv: list[str] | None = None) -> int:
 
         on_gpu = choose(args.device, "float32").kind == "gpu"  # --device auto: what this machine has
         args.dtypes = ["float32", "bfloat16"] if on_gpu else ["float32", *QUANTIZED_DTYPES]
-    ours, failed = [], []
-    for dtype in args.dtypes:
-        try:
-            result = measure_ours_in_child(folder, dtype, args.device, args.reps, args.new_tokens, args.linear)
-            if args.cold_compile:
-                result["cold_compile_s"] = cold_compile_seconds(folder, dtype)
-        except RuntimeError as exc:  # one precision failing must not lose the others
-            print(f"failed: {exc}", file=sys.stderr)
-            failed.append(str(exc))  # "<dtype>: <its last error line>"
-            continue
-        ours.append(result)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    from bench import llama_cpp
+
+    args.llama_cpp = args.llama_cpp or llama_cpp.built()
+    if not args.llama_cpp:
+        print("llama.cpp baseline skipped: no --llama-cpp / GPT2_MAX_LLAMA_CPP (python -m bench.llama_cpp setup "
+              "builds it)", file=sys.stderr)
+    rounds, failed = [], []
+    for number in range(args.rounds):
+        if args.rounds > 1:
+            print(f"round {number + 1} of {args.rounds}", file=sys.stderr, flush=True)
+        ours = []
+        for dtype in args.dtypes:
+            try:
+                result = measure_ours_in_child(folder, dtype, args.device, args.reps, args.new_tokens, args.linear)
+                if args.cold_compile and number == 0:
+                    result["cold_compile_s"] = cold_compile_seconds(folder, dtype)
+            except RuntimeError as exc:  # one precision failing must not lose the others
+                print(f"failed: {exc}", file=sys.stderr)
+                failed.append(str(exc))  # "<dtype>: <its last error line>"
+                continue
+            ours.append(result)
+        llama = []
+        if args.llama_cpp:
+            try:
+                llama = llama_cpp.measure(Path(args.llama_cpp), folder, args.reps, args.new_tokens)
+            except (OSError, RuntimeError, SystemExit, json.JSONDecodeError) as exc:
+                print(f"llama.cpp baseline failed ({exc}); skipped", file=sys.stderr)
+        rounds.append((ours, llama))
+    ours = merge_rounds([o for o, _ in rounds])
+    llama = merge_rounds([ll for _, ll in rounds]) or None
     hf = None
     if args.hf_python:
         try:
@@ -263,26 +330,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Hugging Face baseline failed ({exc}); skipped", file=sys.stderr)
     else:
         print("Hugging Face baseline skipped: no --hf-python / GPT2_MAX_HF_PYTHON with torch", file=sys.stderr)
-    from bench import llama_cpp
-
-    llama, args.llama_cpp = None, args.llama_cpp or llama_cpp.built()
-    if args.llama_cpp:
-        try:
-            llama = llama_cpp.measure(Path(args.llama_cpp), folder, args.reps, args.new_tokens)
-        except (OSError, RuntimeError, SystemExit, json.JSONDecodeError) as exc:
-            print(f"llama.cpp baseline failed ({exc}); skipped", file=sys.stderr)
-    else:
-        print("llama.cpp baseline skipped: no --llama-cpp / GPT2_MAX_LLAMA_CPP (python -m bench.llama_cpp setup "
-              "builds it)", file=sys.stderr)
     machine = {"cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
                "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
+    across = f"; each figure the median of {args.rounds} rounds' medians" if args.rounds > 1 else ""
     print(f"machine: {machine['cpu_count']} cores, {machine['memory_gb']} GiB, {machine['machine']}; "
-          f"model: {folder.name}; medians of {args.reps}")
+          f"model: {folder.name}; medians of {args.reps}{across}")
     print(table(ours, hf, llama))
-    for line in failed:
+    if args.rounds > 1:
+        print("\n".join(["", *round_ratios(rounds)]))
+    for line in dict.fromkeys(failed):  # once, whatever the rounds
         print(f"not measured: {line}")
     args.json.write_text(json.dumps({"machine": machine, "model": str(folder), "ours": ours, "hf": hf,
-                                     "llama_cpp": llama, "failed": failed}, indent=2))
+                                     "llama_cpp": llama, "failed": failed,
+                                     "rounds": [{"ours": o, "llama_cpp": ll} for o, ll in rounds]}, indent=2))
     print(f"\nwrote {args.json}")
     return 0
 

@@ -3,6 +3,8 @@ speed targets live in the benchmark, not in timed tests)."""
 
 from __future__ import annotations
 
+import json
+
 from bench.__main__ import measure_ours, table
 from weights.synthetic import write_checkpoint
 
@@ -51,7 +53,6 @@ def test_gguf_names_cover_every_weight():
 
 
 def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
-    import json
 
     import bench.__main__ as bench
     from bench import llama_cpp
@@ -74,6 +75,43 @@ def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monk
     assert "max float32" in printed and "max q4_0" in printed  # auto on a CPU: the CPU's precisions
     assert "not measured: q6_k: something broke" in printed
     assert [r["dtype"] for r in json.loads(out.read_text())["ours"]] == ["float32", "q8_0", "q4_0"]
+
+
+def test_rounds_are_merged_into_medians_and_each_round_s_ratio_is_printed(tmp_path, monkeypatch, capsys):
+    # --rounds N alternates this project and llama.cpp N times: the table shows
+    # each figure's median across the rounds, and a line per precision gives
+    # every round's own ratio (both sides measured minutes apart).
+    import bench.__main__ as bench
+    from bench import llama_cpp
+
+    speed = iter([60.0, 90.0, 75.0])  # our float32 decode in rounds 1, 2, 3
+
+    def fake_child(folder, dtype, device, reps, new_tokens, linear="custom"):
+        return {"dtype": dtype, "device": "cpu", "linear": linear, "compile_s": 1.0, "start_to_first_token_s": 2.0,
+                "prefill_ms": {"16": 30.0}, "decode_tok_s": {"1": next(speed)}}
+
+    theirs = iter([100.0, 100.0, 50.0])  # llama.cpp f32 decode in the same rounds
+
+    def fake_llama(bin_dir, folder, reps, new_tokens):
+        return [{"dtype": "f32", "prefill_ms": {"16": 60.0}, "decode_tok_s": {"1": next(theirs)}}]
+
+    monkeypatch.setattr(bench, "measure_ours_in_child", fake_child)
+    monkeypatch.setattr(llama_cpp, "measure", fake_llama)
+    monkeypatch.delenv("GPT2_MAX_HF_PYTHON", raising=False)
+    folder = write_checkpoint(tmp_path / "m", SIZES, seed=5)
+    out = tmp_path / "r.json"
+    argv = ["--model", str(folder), "--dtypes", "float32", "--rounds", "3", "--llama-cpp", str(tmp_path),
+            "--json", str(out)]
+    assert bench.main(argv) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads(out.read_text())
+    assert saved["ours"][0]["decode_tok_s"]["1"] == 75.0  # median of 60, 90, 75
+    assert saved["llama_cpp"][0]["decode_tok_s"]["1"] == 100.0
+    assert len(saved["rounds"]) == 3
+    # rounds: 0.60x, 0.90x, 1.50x (median 0.90x), where the medians' ratio would say 0.75x
+    assert "float32 vs llama.cpp f32, per round: prefill 16 tokens 2.00 / 2.00 / 2.00 (median 2.00x); " \
+           "decode, batch 1 0.60 / 0.90 / 1.50 (median 0.90x)" in printed
+    assert "0.75x" in printed  # the table: the medians' ratio
 
 
 def test_serve_bench_table_prints_the_ratio_to_llama_server():
