@@ -53,7 +53,6 @@ def test_gguf_names_cover_every_weight():
 
 
 def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
-
     import bench.__main__ as bench
     from bench import llama_cpp
 
