@@ -172,10 +172,10 @@ def ratio(ours: dict, other: dict | None, key: str, sub: str | None, higher: boo
     return v / o if higher else o / v
 
 
-def merge_rounds(rounds: list[list[dict]]) -> list[dict]:
-    """One result per precision from several rounds: every number the median
-    of that number across the rounds that measured the precision (nested
-    figures too), everything else as the first round had it."""
+def merge_rounds(rounds: list[list[dict]], key: str = "dtype") -> list[dict]:
+    """One result per precision (or other ``key``) from several rounds: every
+    number the median of that number across the rounds that measured it
+    (nested figures too), everything else as the first round had it."""
     def merge(values: list):
         if all(isinstance(v, dict) for v in values):
             return {k: merge([v[k] for v in values if k in v]) for k in values[0]}
@@ -183,11 +183,11 @@ def merge_rounds(rounds: list[list[dict]]) -> list[dict]:
             return statistics.median(values)
         return values[0]
 
-    by_dtype: dict[str, list[dict]] = {}
+    by_key: dict = {}
     for results in rounds:
         for r in results:
-            by_dtype.setdefault(r["dtype"], []).append(r)
-    return [merge(rs) for rs in by_dtype.values()]
+            by_key.setdefault(r[key], []).append(r)
+    return [merge(rs) for rs in by_key.values()]
 
 
 def round_ratios(rounds: list[tuple[list[dict], list[dict]]]) -> list[str]:

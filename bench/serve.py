@@ -161,7 +161,8 @@ def stop(process: subprocess.Popen) -> int | None:
     return process.returncode
 
 
-def measure(name: str, command: list[str], model: str, texts, max_tokens, levels, tokenizer, log: Path) -> list[dict]:
+def measure(name: str, command: list[str], model: str, texts, max_tokens, levels, tokenizer, log: Path,
+            per_client: int = 2) -> list[dict]:
     port = free_port()
     command = [part.replace("{port}", str(port)) for part in command]
     base = f"http://127.0.0.1:{port}"
@@ -178,7 +179,7 @@ def measure(name: str, command: list[str], model: str, texts, max_tokens, levels
         print(f"{name}: ready in {ready:.0f} s (log: {log})", file=sys.stderr)
         rows = []
         for c in levels:
-            n = max(16, 2 * c)
+            n = max(16, per_client * c)
             row = {"server": name, **run_load(base, model, (texts * ((n // len(texts)) + 1))[:n], max_tokens, c,
                                               tokenizer)}
             print(json.dumps(row), file=sys.stderr)
@@ -202,6 +203,23 @@ def table(ours: list[dict], llama: list[dict] | None) -> str:
     return "\n".join(lines)
 
 
+def round_ratios(rounds: list[tuple[list[dict], list[dict] | None]]) -> list[str]:
+    """Per concurrency, each round's output tokens/s against llama-server's in
+    the same round, and their median."""
+    lines = []
+    for c in dict.fromkeys(r["concurrency"] for ours, _ in rounds for r in ours):
+        xs = []
+        for ours, llama in rounds:
+            mine = next((r for r in ours if r["concurrency"] == c), None)
+            theirs = next((r for r in llama or [] if r["concurrency"] == c), None)
+            if mine and theirs and theirs["output_tokens_per_s"]:
+                xs.append(mine["output_tokens_per_s"] / theirs["output_tokens_per_s"])
+        if xs:
+            lines.append(f"{c} clients, output tokens/s vs llama-server per round: "
+                         f"{' / '.join(f'{x:.2f}' for x in xs)} (median {statistics.median(xs):.2f}x)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
@@ -214,12 +232,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="python -m serve --linear: this project's Mojo op (custom, default) or nn.Linear (course)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="start and measure both servers N times, alternated; the table shows medians across the "
+                        "rounds and a line per concurrency each round's ratio (default: 1)")
+    p.add_argument("--requests-per-client", type=int, default=2, metavar="K",
+                   help="requests per concurrency level: K per client, at least 16 (default: 2)")
     p.add_argument("--serve-flag", action="append", default=[], metavar="FLAG",
                    help="pass FLAG on to max serve (repeatable), e.g. --serve-flag=--enable-in-flight-batching")
     args = p.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",")]
 
-    from bench.__main__ import random_checkpoint
+    from bench.__main__ import merge_rounds, random_checkpoint
     from bench.llama_cpp import built, gguf_files
     from model.saved_graphs import cache_root
     from weights import load_tokenizer, read_config, resolve_model
@@ -236,26 +259,44 @@ def main(argv: list[str] | None = None) -> int:
     threads = str(os.cpu_count() or 1)
     batch = str(max(levels))
 
-    ours = measure("max-serve", [sys.executable, "-m", "serve", "--model", str(folder), "--device", "cpu",
-                                 "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window),
-                                 "--linear", args.linear,
-                                 *(["--", *args.serve_flag] if args.serve_flag else [])],
-                   str(folder), texts, args.max_tokens, levels, tokenizer, logs / "max-serve.log")
-    llama = None
+    if args.rounds < 1 or args.requests_per_client < 1:
+        p.error("--rounds and --requests-per-client must be at least 1")
     bin_dir = None if args.no_llama_cpp else (args.llama_cpp or built())
-    if bin_dir is not None and (Path(bin_dir) / "llama-server").is_file():
-        gguf = gguf_files(Path(bin_dir), folder)["f32"]
-        llama = measure("llama-server", [str(Path(bin_dir) / "llama-server"), "-m", str(gguf), "-t", threads,
-                                         "--host", "127.0.0.1", "--port", "{port}", "-np", batch,
-                                         "-c", str(int(batch) * window), "--cont-batching"],
-                        "model", texts, args.max_tokens, levels, tokenizer, logs / "llama-server.log")
-    elif not args.no_llama_cpp:
-        print("bench.serve: no llama-server (run `pixi run llama-setup`); measuring this project only", file=sys.stderr)
+    if bin_dir is not None and not (Path(bin_dir) / "llama-server").is_file():
+        bin_dir = None
+        if not args.no_llama_cpp:
+            print("bench.serve: no llama-server (run `pixi run llama-setup`); measuring this project only",
+                  file=sys.stderr)
+    rounds = []
+    for number in range(args.rounds):
+        if args.rounds > 1:
+            print(f"round {number + 1} of {args.rounds}", file=sys.stderr, flush=True)
+        ours = measure("max-serve", [sys.executable, "-m", "serve", "--model", str(folder), "--device", "cpu",
+                                     "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window),
+                                     "--linear", args.linear,
+                                     *(["--", *args.serve_flag] if args.serve_flag else [])],
+                       str(folder), texts, args.max_tokens, levels, tokenizer, logs / "max-serve.log",
+                       args.requests_per_client)
+        llama = None
+        if bin_dir is not None:
+            gguf = gguf_files(Path(bin_dir), folder)["f32"]
+            llama = measure("llama-server", [str(Path(bin_dir) / "llama-server"), "-m", str(gguf), "-t", threads,
+                                             "--host", "127.0.0.1", "--port", "{port}", "-np", batch,
+                                             "-c", str(int(batch) * window), "--cont-batching"],
+                            "model", texts, args.max_tokens, levels, tokenizer, logs / "llama-server.log",
+                            args.requests_per_client)
+        rounds.append((ours, llama))
+    ours = merge_rounds([o for o, _ in rounds], key="concurrency")
+    llama = merge_rounds([ll for _, ll in rounds if ll], key="concurrency") or None
     print(f"\n{folder.name}, float32, {threads} threads, {args.max_tokens} new tokens per request, prompts of "
           f"{'/'.join(map(str, lengths))} tokens\n")
     print(table(ours, llama))
+    if args.rounds > 1 and llama:
+        print("\n".join(["", *round_ratios(rounds)]))
     if args.json:
-        args.json.write_text(json.dumps({"ours": ours, "llama_server": llama}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"ours": ours, "llama_server": llama,
+                                         "rounds": [{"ours": o, "llama_server": ll} for o, ll in rounds]},
+                                        indent=2) + "\n")
     return 0
 
 

@@ -126,6 +126,23 @@ def test_serve_bench_table_prints_the_ratio_to_llama_server():
     assert "n/a" in table(ours, None)
 
 
+def test_serve_bench_rounds_give_medians_and_each_round_s_ratio():
+    from bench.__main__ import merge_rounds
+    from bench.serve import round_ratios
+
+    def row(server, tokens_s):
+        return {"server": server, "concurrency": 8, "requests_per_s": tokens_s / 64, "output_tokens_per_s": tokens_s,
+                "ttft_p50_ms": 50.0, "ttft_p99_ms": 90.0}
+
+    rounds = [([row("max-serve", 100.0)], [row("llama-server", 200.0)]),
+              ([row("max-serve", 180.0)], [row("llama-server", 200.0)]),
+              ([row("max-serve", 150.0)], [row("llama-server", 100.0)])]
+    merged = merge_rounds([ours for ours, _ in rounds], key="concurrency")
+    assert merged == [row("max-serve", 150.0)]
+    assert round_ratios(rounds) == ["8 clients, output tokens/s vs llama-server per round: 0.50 / 0.90 / 1.50 "
+                                    "(median 0.90x)"]
+
+
 def test_serve_bench_fits_its_prompts_to_the_window():
     from bench.serve import PROMPT_TOKENS, prompt_lengths
 
