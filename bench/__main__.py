@@ -190,6 +190,11 @@ def merge_rounds(rounds: list[list[dict]], key: str = "dtype") -> list[dict]:
     return [merge(rs) for rs in by_key.values()]
 
 
+def spread(ratios: list[float]) -> str:
+    """Each round's ratio, then their median: "0.50 / 0.90 / 1.50 (median 0.90x)"."""
+    return f"{' / '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f}x)"
+
+
 def round_ratios(rounds: list[tuple[list[dict], list[dict]]]) -> list[str]:
     """Per precision and figure, this project against llama.cpp at the same
     weight format in each round (both measured minutes apart), and their
@@ -204,11 +209,11 @@ def round_ratios(rounds: list[tuple[list[dict], list[dict]]]) -> list[str]:
             for ours, llama in rounds:
                 mine = next((r for r in ours if r["dtype"] == dtype), None)
                 theirs = next((r for r in llama if r["dtype"] == SAME_PRECISION.get(dtype)), None)
-                x = ratio(mine, theirs, key, sub, higher) if mine and theirs else None
+                x = ratio(mine, theirs, key, sub, higher)  # None where either side is missing
                 if x is not None:
                     xs.append(x)
             if xs:
-                figures.append(f"{label} {' / '.join(f'{x:.2f}' for x in xs)} (median {statistics.median(xs):.2f}x)")
+                figures.append(f"{label} {spread(xs)}")
         if figures:
             lines.append(f"{dtype} vs llama.cpp {SAME_PRECISION[dtype]}, per round: " + "; ".join(figures))
     return lines

@@ -206,6 +206,8 @@ def table(ours: list[dict], llama: list[dict] | None) -> str:
 def round_ratios(rounds: list[tuple[list[dict], list[dict] | None]]) -> list[str]:
     """Per concurrency, each round's output tokens/s against llama-server's in
     the same round, and their median."""
+    from bench.__main__ import spread
+
     lines = []
     for c in dict.fromkeys(r["concurrency"] for ours, _ in rounds for r in ours):
         xs = []
@@ -215,8 +217,7 @@ def round_ratios(rounds: list[tuple[list[dict], list[dict] | None]]) -> list[str
             if mine and theirs and theirs["output_tokens_per_s"]:
                 xs.append(mine["output_tokens_per_s"] / theirs["output_tokens_per_s"])
         if xs:
-            lines.append(f"{c} clients, output tokens/s vs llama-server per round: "
-                         f"{' / '.join(f'{x:.2f}' for x in xs)} (median {statistics.median(xs):.2f}x)")
+            lines.append(f"{c} clients, output tokens/s vs llama-server per round: {spread(xs)}")
     return lines
 
 
