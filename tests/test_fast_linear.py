@@ -91,7 +91,7 @@ def layers():
     return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales)
 
 
-@pytest.mark.parametrize("batch, seq", [(1, 1), (1, 3), (2, 5), (1, FEW_ROWS), (1, FEW_ROWS + 1), (3, 20)])
+@pytest.mark.parametrize("batch, seq", [(1, 1), (1, 3), (1, 7), (2, 5), (1, FEW_ROWS), (1, FEW_ROWS + 1), (3, 20)])
 def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
     from max.experimental.tensor import Tensor
 

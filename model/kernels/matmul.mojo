@@ -6,8 +6,9 @@
 # weights at ~11-15 GB/s here, where llama.cpp reaches 26-36 GB/s on the same
 # 2 cores. These kernels read W once, as it is stored ([N, K] for fp32, 8-row
 # tiles for Q8_0: below), each task a contiguous band of rows, 8 weight rows
-# x 1 input row per tile (decode) or 4 x 4 (a few input rows), so every
-# weight vector loaded is used for every input row. For more than FEW_ROWS
+# x 1 input row per tile (decode); for a few input rows, the f32 op takes 3
+# weight rows x up to 8 input rows and the Q8_0 op 4 x 4, so every weight
+# vector loaded is used for every input row. For more than FEW_ROWS
 # input rows (a prompt) the f32 op hands the product to MAX's own CPU matmul
 # (MatmulCPU, the kernel `x @ W.T` compiles to), from inside the op: the
 # graph then needs no F.cond to choose, and both paths write through the
@@ -47,8 +48,8 @@ from std.utils.index import IndexList
 comptime F32 = DType.float32
 comptime V = 16  # float32 lanes of one AVX-512 register
 comptime Q = 32  # weights per Q8_0 block
-# Weight rows per tile for one input row; a 4-input-row tile takes half as
-# many (4 x 4 accumulators: 8 x 4 would not fit AVX-512's 32 registers).
+# Weight rows per tile for one input row; the Q8_0 op's 4-input-row tile takes
+# half as many (4 x 4 accumulators: 8 x 4 would not fit AVX-512's 32 registers).
 # 8 over 4, measured on 24 MLP matmuls + the LM head, one input row, weights
 # out of cache, one process per variant, alternated (`python -m bench.kernels
 # --rows 1` with ROWS edited re-runs it): fp32 31.7 vs 26.1 GB/s, q8_0 16.6
@@ -56,6 +57,18 @@ comptime Q = 32  # weights per Q8_0 block
 # no better.
 comptime ROWS = 8
 comptime TASKS = 8  # bands of rows (the runtime spreads them over the cores)
+# More than one input row (f32): each group of WIDE_ROWS weight rows is
+# multiplied into up to WIDE input rows at once (3 x 8 accumulators + 3 weight
+# vectors fit the 32 registers), all the input rows before the next group, so
+# the weights stream from memory in one pass (the 4 x 4 tiles before read each
+# 8-row band once per 4 inputs: at 8 rows the time was memory's plus
+# arithmetic's, python -m bench.kernels --hot against the default). Alternated
+# with the 4 x 4 tiles in one process (a decode step's 49 matmuls, 5-6 rounds,
+# medians): 4 rows 27.9 vs 29.6 ms, 8 rows 33.8 vs 36.2 and 40.0 vs 43.5, 16
+# rows 56.3 vs 57.9 (MAX's matmul 51.7 there: at 16 rows it was ahead on
+# that Intel Xeon, even on the AMD EPYC before).
+comptime WIDE_ROWS = 3
+comptime WIDE = 8
 # Input rows up to which the f32 op runs its own tiles; above, MAX's matmul
 # (python -m bench.kernels: equal at 16 rows; at 32 MAX 1.3x faster in one
 # run, 0.9x in another).
@@ -186,21 +199,29 @@ struct FewRowsMatmulF32:
         def work(t: Int) {var M, var K, var N, var xp, var wp, var y}:
             var rows = band(N, t)
             var r = rows[0]
-            while r < rows[1]:
-                if r + ROWS <= rows[1]:
-                    var m = 0
-                    while m + 4 <= M:
-                        tile_f32[ROWS // 2, 4](xp, wp, y, K, r, m)
-                        tile_f32[ROWS // 2, 4](xp, wp, y, K, r + ROWS // 2, m)
-                        m += 4
-                    while m < M:
-                        tile_f32[ROWS, 1](xp, wp, y, K, r, m)
-                        m += 1
+            if M == 1:  # decode: 8 weight rows at a time, 8 streams in flight
+                while r + ROWS <= rows[1]:
+                    tile_f32[ROWS, 1](xp, wp, y, K, r, 0)
                     r += ROWS
-                else:  # the last rows of a matrix whose height is not a multiple of ROWS
-                    for m in range(M):
-                        tile_f32[1, 1](xp, wp, y, K, r, m)
-                    r += 1
+            else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
+                while r + WIDE_ROWS <= rows[1]:
+                    var m = 0
+                    while m + WIDE <= M:
+                        tile_f32[WIDE_ROWS, WIDE](xp, wp, y, K, r, m)
+                        m += WIDE
+                    if m + 4 <= M:
+                        tile_f32[WIDE_ROWS, 4](xp, wp, y, K, r, m)
+                        m += 4
+                    if m + 2 <= M:
+                        tile_f32[WIDE_ROWS, 2](xp, wp, y, K, r, m)
+                        m += 2
+                    if m < M:
+                        tile_f32[WIDE_ROWS, 1](xp, wp, y, K, r, m)
+                    r += WIDE_ROWS
+            while r < rows[1]:  # the band's last rows, fewer than a tile
+                for m in range(M):
+                    tile_f32[1, 1](xp, wp, y, K, r, m)
+                r += 1
 
         parallelize(work, TASKS)
 
