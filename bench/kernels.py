@@ -14,14 +14,24 @@ its instructions, not by memory. This is where model/fast_linear.py's
 FEW_ROWS came from. (Above FEW_ROWS rows the fp32 op hands the product to
 MAX's own matmul from inside itself, so there the two columns time the same
 kernel.)
+
+``--against REV`` also loads model/kernels as of git revision REV (its ops
+renamed, compiled as a second library) and times both versions' kernels in
+the same process, alternated over ``--rounds`` (default 5 then): this
+machine's speed drifts more between minutes than most kernel changes move
+it, so two versions are only compared side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -96,6 +106,44 @@ def timed(model, args, reps: int, warm_up_s: float = 0.5) -> float:
     return statistics.median(times)
 
 
+THEN = "_then"  # the suffix of --against's ops: few_rows_matmul_f32_then, few_rows_matmul_q8_0_then
+
+
+def renamed(source: str) -> str:
+    """A kernel source with every registered op and every struct renamed
+    (THEN, ``Then``): a second library that loads beside this tree's."""
+    source = re.sub(r'(@extensibility\.register\("\w+)"', rf'\1{THEN}"', source)
+    return re.sub(r"^struct (\w+)", r"struct \1Then", source, flags=re.M)
+
+
+def library_at(rev: str) -> Path:
+    """model/kernels as of git revision ``rev``, every op and struct renamed
+    with THEN (so that both versions load in one session), compiled."""
+    from mojo.run import subprocess_run_mojo
+
+    from model.fast_linear import KERNELS
+    from model.saved_graphs import ROOT, cache_root
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+    sha = git("rev-parse", rev).strip()
+    folder = KERNELS.relative_to(ROOT).as_posix()
+    library = cache_root() / "kernels" / f"then_{sha[:12]}.mojoc"
+    if library.is_file():
+        return library
+    with tempfile.TemporaryDirectory() as tmp:
+        package = Path(tmp) / "kernels_then"
+        package.mkdir()
+        for name in git("ls-tree", "--name-only", f"{sha}:{folder}").split():
+            (package / name).write_text(renamed(git("show", f"{sha}:{folder}/{name}")))
+        library.parent.mkdir(parents=True, exist_ok=True)
+        done = subprocess_run_mojo(["precompile", str(package), "-o", str(library)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"model/kernels at {rev} did not compile:\n{done.stderr}")
+    return library
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16, 32], help="row counts (default: 1 4 8 16 32)")
@@ -104,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--hot", action="store_true", help="two weight matrices used 12 times each: weights in cache")
     which.add_argument("--step", action="store_true",
                        help="a whole decode step's matmuls (attention, MLP, LM head) instead of the 24 MLP ones")
+    p.add_argument("--against", metavar="REV",
+                   help="also time model/kernels as of git revision REV, alternated with this tree's")
+    p.add_argument("--rounds", type=int, help="alternations of every kernel (default: 1, or 5 with --against)")
     args = p.parse_args(argv)
+    rounds = args.rounds or (5 if args.against else 1)
     shapes = STEP_SHAPES if args.step else SHAPES
     from max.driver import CPU, Buffer
     from max.engine import InferenceSession
@@ -117,32 +169,44 @@ def main(argv: list[str] | None = None) -> int:
     made = [rng.standard_normal(s, dtype=np.float32) for s in shapes[:distinct]]
     dense = [made[i % distinct] for i in range(len(shapes))]
     q8 = [quantize_q8_0(w) for w in dense]
-    session = InferenceSession(devices=[CPU()], custom_extensions=[kernel_library()])
-    weights = {"f32": (dense, sum(w.nbytes for w in dense)), "max": (dense, sum(w.nbytes for w in dense)),
-               "q8_0": ([a for pair in q8 for a in interleave_q8_0(*pair)], sum(c.nbytes + d.nbytes for c, d in q8))}
+    libraries = [kernel_library()] + ([library_at(args.against)] if args.against else [])
+    session = InferenceSession(devices=[CPU()], custom_extensions=libraries)
+    q8_arrays = [a for pair in q8 for a in interleave_q8_0(*pair)]
+    f32_bytes, q8_bytes = sum(w.nbytes for w in dense), sum(c.nbytes + d.nbytes for c, d in q8)
+    weights = {"f32": (dense, f32_bytes), "max": (dense, f32_bytes), "q8_0": (q8_arrays, q8_bytes)}
+    if args.against:
+        weights.update({"f32" + THEN: weights["f32"], "q8_0" + THEN: weights["q8_0"]})
     q8_dense = [dequantize_q8_0(c, d) for c, d in q8]
     what = "a decode step's 49 matmuls" if args.step else "24 MLP matmuls" + (" (weights in cache)" if args.hot else "")
-    print(f"GPT-2 124M's {what}; medians of {args.reps}")
+    print(f"GPT-2 124M's {what}; medians of {args.reps}" + (f", then of {rounds} alternated rounds" if rounds > 1 else ""))
     print(f"{'rows':>4} {'kernel fp32':>22} {'MAX x @ W.T':>22} {'ratio':>6} {'kernel q8_0':>22}  largest rel. diff")
     for rows in args.rows:
         x = rng.standard_normal((rows, shapes[0][1]), dtype=np.float32)
-        cells, diffs, seconds = [], [], {}
-        for kind in ("f32", "max", "q8_0"):
-            arrays, nbytes = weights[kind]
-            model = session.load(graph(kind, rows, shapes))
+        models, inputs, diffs = {}, {}, {}
+        for kind, (arrays, _) in weights.items():
+            models[kind] = session.load(graph(kind, rows, shapes, libraries=libraries))
             # MAX buffers, made once: handed numpy arrays, every call converts
             # each of them again, which added milliseconds to the figures.
-            inputs = [Buffer.from_numpy(a) for a in (x, *arrays)]
-            got = [t.to_numpy() for t in model.execute(*inputs)]
-            want = reference(x, q8_dense if kind == "q8_0" else dense, shapes)
-            diffs.append(max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want)))
-            seconds[kind] = timed(model, inputs, args.reps)
-            cells.append(f"{seconds[kind] * 1e3:8.2f} ms {nbytes / seconds[kind] / 1e9:6.1f} GB/s")
-        ratio = seconds["max"] / seconds["f32"]
-        print(f"{rows:>4} {cells[0]:>22} {cells[1]:>22} {ratio:5.2f}x {cells[2]:>22}  "
-              f"{diffs[0]:.1e} / {diffs[1]:.1e} / {diffs[2]:.1e}")
+            inputs[kind] = [Buffer.from_numpy(a) for a in (x, *arrays)]
+            got = [t.to_numpy() for t in models[kind].execute(*inputs[kind])]
+            want = reference(x, q8_dense if kind.startswith("q8_0") else dense, shapes)
+            diffs[kind] = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want))
+        times: dict[str, list[float]] = {kind: [] for kind in models}
+        for _ in range(rounds):
+            for kind in models:
+                times[kind].append(timed(models[kind], inputs[kind], args.reps))
+        seconds = {kind: statistics.median(t) for kind, t in times.items()}
+        cells = [f"{seconds[k] * 1e3:8.2f} ms {weights[k][1] / seconds[k] / 1e9:6.1f} GB/s" for k in ("f32", "max", "q8_0")]
+        print(f"{rows:>4} {cells[0]:>22} {cells[1]:>22} {seconds['max'] / seconds['f32']:5.2f}x {cells[2]:>22}  "
+              f"{diffs['f32']:.1e} / {diffs['max']:.1e} / {diffs['q8_0']:.1e}")
+        if args.against:
+            print(f"     {args.against}: " + "; ".join(
+                f"{kind} {seconds[kind + THEN] * 1e3:.2f} ms ({min(times[kind + THEN]) * 1e3:.2f}-{max(times[kind + THEN]) * 1e3:.2f}) "
+                f"vs now {seconds[kind] * 1e3:.2f} ({min(times[kind]) * 1e3:.2f}-{max(times[kind]) * 1e3:.2f}): "
+                f"{seconds[kind + THEN] / seconds[kind]:.2f}x, diff {diffs[kind + THEN]:.1e}" for kind in ("f32", "q8_0")))
     print("(ratio: MAX's time / the fp32 kernel's; above 1 the kernel wins. q8_0 rounds the activations to 8 bits "
-          "per block of 32, as llama.cpp does: its difference from numpy's exact product is ~1e-2)")
+          "per block of 32, as llama.cpp does: its difference from numpy's exact product is ~1e-2"
+          + ("; --against: the revision's time / this tree's, above 1 this tree is faster" if args.against else "") + ")")
     return 0
 
 

@@ -161,3 +161,22 @@ def test_serve_bench_prompts_are_fixed_and_mixed():
     assert a == b and len(set(a)) == 8
     lengths = [len(tokenizer(t)["input_ids"]) for t in a[:len(PROMPT_TOKENS)]]
     assert lengths == sorted(lengths) and lengths[0] >= PROMPT_TOKENS[0]
+
+
+def test_kernels_against_renames_every_op_of_the_other_revision():
+    # bench.kernels --against REV loads REV's model/kernels beside this
+    # tree's: each of its ops and structs must get the THEN name that
+    # bench.kernels.graph calls (few_rows_matmul_<kind>_then), and nothing else.
+    import re
+
+    from bench.kernels import THEN, renamed
+    from model.fast_linear import KERNELS
+
+    source = (KERNELS / "matmul.mojo").read_text()
+    ops = re.findall(r'@extensibility\.register\("(\w+)"\)', source)
+    structs = re.findall(r"^struct (\w+)", source, re.M)
+    assert ops == ["few_rows_matmul_f32", "few_rows_matmul_q8_0"] and len(structs) == 2
+    other = renamed(source)
+    assert re.findall(r'@extensibility\.register\("(\w+)"\)', other) == [op + THEN for op in ops]
+    assert re.findall(r"^struct (\w+)", other, re.M) == [name + "Then" for name in structs]
+    assert other.replace(THEN, "").replace("Then:", ":") == source
