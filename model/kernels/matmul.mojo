@@ -66,7 +66,9 @@ comptime TASKS = 8  # bands of rows (the runtime spreads them over the cores)
 # with the 4 x 4 tiles in one process (a decode step's 49 matmuls, 5-6 rounds,
 # medians): 4 rows 27.9 vs 29.6 ms, 8 rows 33.8 vs 36.2 and 40.0 vs 43.5, 16
 # rows 56.3 vs 57.9 (MAX's matmul 51.7 there: at 16 rows it was ahead on
-# that Intel Xeon, even on the AMD EPYC before).
+# that Intel Xeon, even on the AMD EPYC before). 4-8%, at that machine's
+# floor: the unchanged Q8_0 kernel read 3-8% apart in the same runs. Re-run:
+# python -m bench.kernels --step --rows 4 8 16 --against <the revision before>.
 comptime WIDE_ROWS = 3
 comptime WIDE = 8
 # Input rows up to which the f32 op runs its own tiles; above, MAX's matmul
