@@ -25,6 +25,7 @@ it, so two versions are only compared side by side.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import re
 import statistics
 import subprocess
@@ -129,7 +130,9 @@ def library_at(rev: str) -> Path:
 
     sha = git("rev-parse", rev).strip()
     folder = KERNELS.relative_to(ROOT).as_posix()
-    library = cache_root() / "kernels" / f"then_{sha[:12]}.mojoc"
+    # Named by MAX's version too, as kernel_library's are (a library compiled by another MAX does
+    # not load), without dots: the compiler takes the module's name from the file's.
+    library = cache_root() / "kernels" / f"then_{sha[:12]}_max{importlib.metadata.version('max').replace('.', '_')}.mojoc"
     if library.is_file():
         return library
     with tempfile.TemporaryDirectory() as tmp:
