@@ -14,8 +14,8 @@ From ``--model`` to tokens (generate, attention-map, the bench, the tests):
     weights/resolve.py    the hub id or folder -> a folder
     weights/config.py     config.json -> the course's GPT2Config (step 01)
     weights/checkpoint.py safetensors -> {name: float32 array}: Conv1D weights
-                          transposed, buffers dropped, shapes verified, lm_head
-                          tied to wte
+                          transposed (saved once per checkpoint), buffers
+                          dropped, shapes verified, lm_head tied to wte
     model/course.py       the course's classes: solutions/ or the learner's steps/
     build_lm (here)       GPT2LMHeadModel(config, linear, attention) under F.lazy():
                           linear is nn.Linear, or model/quantize.py's quantized
@@ -196,7 +196,7 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
     if attention_layer is not None and not 0 <= attention_layer < config.n_layer:
         raise ValueError(f"attention_layer {attention_layer}: the model has layers 0-{config.n_layer - 1}")
     tokenizer = load_tokenizer(folder, config) if with_tokenizer else None
-    state = load_state(folder, config)  # every shape verified before building
+    state = load_state(folder, config, saved_graphs.copies_folder())  # every shape verified before building
     kernels = uses_kernels(placement, linear)
     name = saved_graphs.graph_name(impl, config, placement,
                                    {"attention_layer": attention_layer, "cache": cache, "kernels": kernels})

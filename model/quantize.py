@@ -334,35 +334,25 @@ def saved_quantize_state(lm, state: dict[str, np.ndarray], folder) -> dict[str, 
     encoding: quantizing GPT-2 124M in numpy takes ~2.5 s of every q4_0 / q6_k
     start, and the result depends only on the checkpoint's files and this
     file's code. Saved as .npy files under ``$GPT2_MAX_CACHE/quantized/<key>``
-    (memory-mapped on load); the key digests the checkpoint's safetensors
-    files (path, size, modification time), the layers and this file."""
+    (memory-mapped on load); the key (weights' checkpoint_key) digests the
+    checkpoint's safetensors files (path, size, modification time), the
+    layers and this file."""
     import hashlib
-    import os
-    import shutil
-    import tempfile
     from pathlib import Path
 
     from model import saved_graphs
+    from weights.checkpoint import SavedArrays, checkpoint_key
 
     layers = quantized_layers(lm)
     if not layers or not saved_graphs.enabled():
         return quantize_state(lm, state)
-    digest = hashlib.sha256(Path(__file__).read_bytes())
-    for f in sorted(Path(folder).glob("*.safetensors")):
-        info = f.stat()
-        digest.update(f"{f.resolve()}|{info.st_size}|{info.st_mtime_ns}".encode())
-    digest.update("|".join(f"{name}:{layer.encoding}" for name, layer in layers).encode())
-    target = saved_graphs.cache_root() / "quantized" / digest.hexdigest()[:20]
+    key = checkpoint_key(folder, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+                         *(f"{name}:{layer.encoding}" for name, layer in layers))
+    saved = SavedArrays(saved_graphs.cache_root() / "quantized" / key, folder)
     names = [f"{name}.{key}" for name, layer in layers for key in layer.arrays]
-    if all((target / f"{n}.npy").is_file() for n in names):
-        return {**state, **{n: np.load(target / f"{n}.npy", mmap_mode="r") for n in names}}
+    kept = saved.load(names)
+    if kept is not None:
+        return {**state, **kept}
     out = quantize_state(lm, state)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent))
-    for n in names:
-        np.save(staging / f"{n}.npy", out[n])
-    try:
-        os.rename(staging, target)  # whole or not at all; another process may have won
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
+    saved.save({n: out[n] for n in names})
     return out

@@ -48,6 +48,12 @@ def enabled() -> bool:
     return os.environ.get("GPT2_MAX_SAVED_GRAPHS", "1") != "0"
 
 
+def copies_folder() -> Path | None:
+    """Where load_state keeps a checkpoint's transposed / converted arrays
+    between runs (weights/checkpoint.py), or None when nothing is saved."""
+    return cache_root() / "float32-copies" if enabled() else None
+
+
 def graph_name(impl: str, config, placement, options: dict) -> str:
     """``gpt2_<digest>``: the digest of everything the compiled graph depends on."""
     digest = hashlib.sha256()

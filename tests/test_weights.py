@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 from checkpoints import copy_gpt2_tokenizer, random_hf_state, reference, reference_variant, write_checkpoint
 
 from weights import WeightsError, load_state, load_tokenizer, read_config, resolve_model
-from weights.checkpoint import TRANSPOSED, read_safetensors, to_model_names
+from weights.checkpoint import TRANSPOSED, SavedArrays, checkpoint_key, read_safetensors, to_model_names
 
 SIZES = dict(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4)
 
@@ -73,6 +74,56 @@ def test_weights_are_held_once(tmp_path):
     np.testing.assert_array_equal(copied, source.T)  # the source reads back from the file
     wte = state["transformer.wte.weight"]
     assert state["lm_head.weight"] is wte and np.shares_memory(wte, raw["transformer.wte.weight"])
+
+
+def test_copies_are_saved_once_and_mapped_after(tmp_path):
+    """With a copies folder, the transposed matrices are made on the first
+    load only: a later load maps the saved ones and never reads the
+    checkpoint's Conv1D pages (no transposition: the start-time saving),
+    gives equal arrays, writable (MAX uses them in place) without a write
+    ever reaching the saved file."""
+    sizes = dict(SIZES, n_embd=256)
+    folder = write_checkpoint(tmp_path / "m", sizes)
+    config = read_config(folder)
+    saved = SavedArrays(tmp_path / "copies" / checkpoint_key(folder))
+    first = to_model_names(read_safetensors(folder / "model.safetensors"), config, saved=saved)
+    name = "transformer.h.0.mlp.c_fc.weight"
+    assert (saved.folder / f"{name}.npy").is_file()
+    assert not (saved.folder / "transformer.wte.weight.npy").exists()  # the file's own bytes are not copied
+    raw = read_safetensors(folder / "model.safetensors")
+    second = to_model_names(raw, config, saved=saved)
+    assert resident_pages(raw["transformer.h.0.mlp.c_fc.weight"]) == 0  # the source was never read
+    assert isinstance(second[name], np.memmap) and second[name].flags["WRITEABLE"]
+    for key in first:
+        np.testing.assert_array_equal(second[key], first[key])
+    second[name][0, 0] = 7.0
+    assert np.load(saved.folder / f"{name}.npy")[0, 0] != 7.0
+    np.testing.assert_array_equal(load_state(folder, config, tmp_path / "copies")[name], first[name])
+
+
+def test_copies_follow_the_checkpoint(tmp_path):
+    """A checkpoint rewritten in place (same path and size, new values) gets
+    a new key, hence fresh copies; a saved copy cut short is made again."""
+    folder = write_checkpoint(tmp_path / "m", SIZES, random_hf_state(SIZES, seed=1))
+    config = read_config(folder)
+    name = "transformer.h.1.attn.c_attn.weight"
+    old = load_state(folder, config, tmp_path / "copies")[name]
+    key = checkpoint_key(folder)
+    hf = random_hf_state(SIZES, seed=2)
+    write_checkpoint(folder, SIZES, hf)
+    assert checkpoint_key(folder) != key
+    new = load_state(folder, config, tmp_path / "copies")[name]
+    np.testing.assert_array_equal(new, hf[name].T)
+    assert not np.array_equal(new, old)
+    assert [p.name for p in (tmp_path / "copies").iterdir()] == [checkpoint_key(folder)]  # the old ones pruned
+    gone = write_checkpoint(tmp_path / "gone", SIZES)
+    load_state(gone, config, tmp_path / "copies")
+    shutil.rmtree(gone)
+    load_state(write_checkpoint(tmp_path / "other", SIZES), config, tmp_path / "copies")
+    assert len(list((tmp_path / "copies").iterdir())) == 2  # a deleted checkpoint's copies pruned too
+    saved = tmp_path / "copies" / checkpoint_key(folder) / f"{name}.npy"
+    saved.write_bytes(saved.read_bytes()[:100])  # cut short
+    np.testing.assert_array_equal(load_state(folder, config, tmp_path / "copies")[name], hf[name].T)
 
 
 def resident_pages(array: np.ndarray) -> int:
@@ -316,8 +367,10 @@ def test_half_precision_files_load_as_float32(tmp_path, dtype):
         stored = {n: ("BF16", (a.view(np.uint32) >> 16).astype(np.uint16)) for n, a in hf.items()}
         expected = {n: ((a.view(np.uint32) >> 16) << 16).view(np.float32) for n, a in hf.items()}
     _write_safetensors(folder / "model.safetensors", stored)
-    state = load_state(folder, read_config(folder))
-    for name, want in expected.items():
-        want = want.T if name.endswith(TRANSPOSED) else want
-        assert state[name].dtype == np.float32
-        np.testing.assert_array_equal(state[name], want)
+    for copies in (None, tmp_path / "copies", tmp_path / "copies"):  # converted; saved; mapped from the save
+        state = load_state(folder, read_config(folder), copies)
+        for name, want in expected.items():
+            want = want.T if name.endswith(TRANSPOSED) else want
+            assert state[name].dtype == np.float32
+            np.testing.assert_array_equal(state[name], want)
+        assert state["lm_head.weight"] is state["transformer.wte.weight"]
