@@ -202,15 +202,17 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
                                    {"attention_layer": attention_layer, "cache": cache, "kernels": kernels})
     store = saved_graphs.store_for(name, placement.max_device(), direct=placement.dtype != "bfloat16")
     # The course's model is built to be traced, and to say which layers are
-    # quantized; a saved float graph driven directly needs neither.
+    # quantized; a saved graph driven directly needs neither (its facts say).
+    specs = store.facts.get("quantized") if store.mef is not None else None
     lm = None
-    if store.mef is None or placement.quantization:
+    if store.mef is None or (placement.quantization and specs is None):
         lm = build_lm(course(impl), config, placement, with_attention=attention_layer is not None, cache=cache,
                       linear=linear)
     if placement.quantization:
-        from model.quantize import saved_quantize_state
+        from model.quantize import quantized_specs, saved_quantize_state
 
-        state = saved_quantize_state(lm, state, folder)
+        specs = quantized_specs(lm) if lm is not None else specs
+        state = saved_quantize_state(specs, state, folder)
     weights = {"lm." + key: array for key, array in state.items()}
     start = time.perf_counter()
     if store.mef is not None:  # run the saved graph as it is: no tracing
@@ -221,7 +223,7 @@ def load_gpt2(model: str | Path, device: str = "auto", dtype: str = "auto", impl
         graph = (InPlaceGraph if cache == "in_place" else ConcatGraph)(lm, attention_layer)
         compiled = _compile(graph, config, placement, weights, store, cache)
         quantized = _quantized_that_ran(lm)
-        store.keep({"quantized_layers": quantized})
+        store.keep({"quantized_layers": quantized, "quantized": specs or {}})
     seconds = time.perf_counter() - start
     eos = read_eos_token_ids(folder) or ([tokenizer.eos_token_id] if tokenizer is not None else [])
     return GPT2(config, placement, compiled, seconds, tokenizer, str(folder), impl,

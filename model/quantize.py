@@ -306,30 +306,39 @@ def quantized_layers(lm) -> list:
     return [(name, m) for name, m in lm.descendants if isinstance(m, kinds)]
 
 
-def quantized_arrays(layer, weight: np.ndarray) -> dict[str, np.ndarray]:
+def quantized_specs(lm) -> dict[str, list]:
+    """{layer name: [encoding, the names of the arrays it holds]} for a built
+    model's quantized layers: all quantize_state needs, and what a saved
+    graph's facts keep, so that a later start quantizes (or finds the saved
+    blocks) without building the course's model (~0.5 s of imports)."""
+    return {name: [layer.encoding, list(layer.arrays)] for name, layer in quantized_layers(lm)}
+
+
+def quantized_arrays(encoding: str, weight: np.ndarray) -> dict[str, np.ndarray]:
     """One layer's float32 weight [out, in] as the arrays it holds (its
     ``arrays``), by name."""
-    if layer.encoding == "q8_0":
+    if encoding == "q8_0":
         codes, scales = interleave_q8_0(*quantize_q8_0(weight))
         return {"weight": codes, "scales": scales}
     rows = weight.shape[0]
     if padded_rows(rows) != rows:
         weight = np.concatenate([weight, np.zeros((padded_rows(rows) - rows, weight.shape[1]), np.float32)])
-    return {"weight": ENCODINGS[layer.encoding].quantize(weight)}
+    return {"weight": ENCODINGS[encoding].quantize(weight)}
 
 
-def quantize_state(lm, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``state`` (float32, weights [out, in]) with each of ``lm``'s quantized
-    layers' weights replaced by its arrays: blocks (rows padded to a multiple
-    of 32) for q4_0 / q6_k, codes and scales in tiles of 8 rows for q8_0."""
+def quantize_state(specs: dict[str, list], state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``state`` (float32, weights [out, in]) with each quantized layer's
+    weight (``quantized_specs``) replaced by its arrays: blocks (rows padded
+    to a multiple of 32) for q4_0 / q6_k, codes and scales in tiles of 8 rows
+    for q8_0."""
     out = dict(state)
-    for name, layer in quantized_layers(lm):
+    for name, (encoding, _) in specs.items():
         weight = np.asarray(state[name + ".weight"], dtype=np.float32)
-        out.update({f"{name}.{key}": array for key, array in quantized_arrays(layer, weight).items()})
+        out.update({f"{name}.{key}": array for key, array in quantized_arrays(encoding, weight).items()})
     return out
 
 
-def saved_quantize_state(lm, state: dict[str, np.ndarray], folder) -> dict[str, np.ndarray]:
+def saved_quantize_state(specs: dict[str, list], state: dict[str, np.ndarray], folder) -> dict[str, np.ndarray]:
     """``quantize_state``, with the blocks saved once per checkpoint and
     encoding: quantizing GPT-2 124M in numpy takes ~2.5 s of every q4_0 / q6_k
     start, and the result depends only on the checkpoint's files and this
@@ -343,16 +352,15 @@ def saved_quantize_state(lm, state: dict[str, np.ndarray], folder) -> dict[str, 
     from model import saved_graphs
     from weights.checkpoint import SavedArrays, checkpoint_key
 
-    layers = quantized_layers(lm)
-    if not layers or not saved_graphs.enabled():
-        return quantize_state(lm, state)
+    if not specs or not saved_graphs.enabled():
+        return quantize_state(specs, state)
     key = checkpoint_key(folder, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-                         *(f"{name}:{layer.encoding}" for name, layer in layers))
+                         *(f"{name}:{encoding}" for name, (encoding, _) in specs.items()))
     saved = SavedArrays(saved_graphs.cache_root() / "quantized" / key, folder)
-    names = [f"{name}.{key}" for name, layer in layers for key in layer.arrays]
+    names = [f"{name}.{key}" for name, (_, arrays) in specs.items() for key in arrays]
     kept = saved.load(names)
     if kept is not None:
         return {**state, **kept}
-    out = quantize_state(lm, state)
+    out = quantize_state(specs, state)
     saved.save({n: out[n] for n in names})
     return out

@@ -26,7 +26,7 @@ def test_second_load_reads_the_saved_graph(tmp_path, monkeypatch, capsys):
     assert not first.saved_graph and second.saved_graph
     [saved] = (tmp_path / "graphs").iterdir()  # one folder, no staging left behind
     assert saved.name.startswith("gpt2_") and (saved / "manifest.json").is_file()
-    assert json.loads((saved / "facts.json").read_text()) == {"quantized_layers": 0}
+    assert json.loads((saved / "facts.json").read_text()) == {"quantized_layers": 0, "quantized": {}}
     assert type(second.compiled).__name__ == "SavedGraph"  # driven directly: nothing traced
     logits = second.forward_logits(ref["ids"])
     np.testing.assert_array_equal(logits, first.forward_logits(ref["ids"]))
@@ -102,7 +102,8 @@ def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, monkeypatch):
 def test_a_saved_q8_0_graph_runs_directly(tmp_path, monkeypatch):
     """The custom Q8_0 kernel's weights (int8 codes, float16 scales) reach a
     saved graph as they reach a compiled one (given as raw numpy arrays they
-    crashed it at the first call)."""
+    crashed it at the first call); and a saved quantized graph starts without
+    building the course's model, even when its blocks must be made again."""
     import shutil
 
     from weights import resolve_model
@@ -110,6 +111,13 @@ def test_a_saved_q8_0_graph_runs_directly(tmp_path, monkeypatch):
     monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
     folder = shutil.copytree(resolve_model("demo"), tmp_path / "demo")  # n_embd 128: every layer on the kernel
     first = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
+    import model.gpt2
+
+    def not_built(*args, **kwargs):
+        raise AssertionError("the course's model was built for a saved graph")
+
+    monkeypatch.setattr(model.gpt2, "build_lm", not_built)  # which layers are quantized: in the graph's facts
+    shutil.rmtree(tmp_path / "cache" / "quantized")  # so the blocks are made again from those facts
     second = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
     assert type(second.compiled).__name__ == "SavedGraph" and second.quantized_layers == first.quantized_layers > 0
     ids = np.array([[15496, 11, 995, 0, 383]])
