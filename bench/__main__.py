@@ -9,7 +9,9 @@ prefill), compile time (this process: small when the graph was saved by an
 earlier run, see model/saved_graphs.py; cold with --cold-compile, in a fresh
 cache), start to first token (process start, imports, loading, compiling
 and the first 16-token prefill), peak memory. Each precision runs in its own
-process, so that its start to first token and peak memory are its own. A
+process, so that its start to first token and peak memory are its own (with
+--rounds, taken from the rounds that loaded a saved graph: a compile is not
+a start). A
 ratio column is how many times faster this project is (their time / ours,
 or our tokens/s / theirs): above 1 we win. llama.cpp is compared at the same
 weight format (float32 with f32, q8_0 with q8_0, q4_0 with q4_0).
@@ -81,7 +83,7 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
     first = rng.integers(0, vocab, (1, prefill[0]))
     gpt2.step(first, gpt2.empty_cache(1))
     out = {"impl": "max", "dtype": dtype, "device": gpt2.placement.kind, "linear": linear,
-           "compile_s": gpt2.compile_seconds,
+           "compile_s": gpt2.compile_seconds, "saved_graph": gpt2.saved_graph,
            "load_s": load_s, "start_to_first_token_s": time.perf_counter() - PROCESS_START,
            "prefill_ms": {}, "decode_tok_s": {}}
     for n in prefill:
@@ -172,10 +174,17 @@ def ratio(ours: dict, other: dict | None, key: str, sub: str | None, higher: boo
     return v / o if higher else o / v
 
 
+# Figures of a whole process: a round whose process compiled its graph (the
+# first, after a change to model/) also holds the compiler's time and memory.
+PER_PROCESS = ("compile_s", "load_s", "start_to_first_token_s", "peak_rss_mb")
+
+
 def merge_rounds(rounds: list[list[dict]], key: str = "dtype") -> list[dict]:
     """One result per precision (or other ``key``) from several rounds: every
     number the median of that number across the rounds that measured it
-    (nested figures too), everything else as the first round had it."""
+    (nested figures too), everything else as the first round had it; the
+    PER_PROCESS figures from the rounds that loaded a saved graph, where
+    there are any (a compile is not a start)."""
     def merge(values: list):
         if all(isinstance(v, dict) for v in values):
             return {k: merge([v[k] for v in values if k in v]) for k in values[0]}
@@ -187,7 +196,13 @@ def merge_rounds(rounds: list[list[dict]], key: str = "dtype") -> list[dict]:
     for results in rounds:
         for r in results:
             by_key.setdefault(r[key], []).append(r)
-    return [merge(rs) for rs in by_key.values()]
+    merged = []
+    for rs in by_key.values():
+        m = merge(rs)
+        warm = [r for r in rs if r.get("saved_graph")]
+        m.update({k: merge([r[k] for r in warm]) for k in PER_PROCESS if warm and all(k in r for r in warm)})
+        merged.append(m)
+    return merged
 
 
 def spread(ratios: list[float]) -> str:

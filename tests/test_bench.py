@@ -126,6 +126,23 @@ def test_serve_bench_table_prints_the_ratio_to_llama_server():
     assert "n/a" in table(ours, None)
 
 
+def test_rounds_take_start_and_memory_from_warm_processes():
+    """A round that compiled its graph is no start: its start and peak
+    memory are left out when another round loaded the saved graph."""
+    from bench.__main__ import merge_rounds
+
+    def result(saved, start, peak, tok_s):
+        return {"dtype": "float32", "saved_graph": saved, "compile_s": 60.0 if not saved else 0.1,
+                "load_s": start, "start_to_first_token_s": start, "peak_rss_mb": peak, "decode_tok_s": {"1": tok_s}}
+
+    [merged] = merge_rounds([[result(False, 70.0, 2000.0, 40.0)], [result(True, 0.6, 700.0, 44.0)],
+                             [result(True, 0.8, 720.0, 42.0)]])
+    assert (merged["start_to_first_token_s"], merged["peak_rss_mb"], merged["compile_s"]) == (0.7, 710.0, 0.1)
+    assert merged["decode_tok_s"]["1"] == 42.0  # speed: every round
+    [cold] = merge_rounds([[result(False, 70.0, 2000.0, 40.0)]])  # no warm round: what there is
+    assert cold["start_to_first_token_s"] == 70.0
+
+
 def test_serve_bench_rounds_give_medians_and_each_round_s_ratio():
     from bench.__main__ import merge_rounds
     from bench.serve import round_ratios
