@@ -198,8 +198,8 @@ def table(ours: list[dict], llama: list[dict] | None) -> str:
         ratio = f"{r['output_tokens_per_s'] / other['output_tokens_per_s']:.2f}x" if other else "n/a"
         for row, label in ((r, "MAX serve (this project)"), (other, "llama-server")):
             if row:
-                lines.append(f"| {r['concurrency']} | {label} | {row['requests_per_s']} | {row['output_tokens_per_s']} | "
-                             f"{row['ttft_p50_ms']} | {row['ttft_p99_ms']} | {ratio if row is r else ''} |")
+                lines.append(f"| {r['concurrency']:g} | {label} | {row['requests_per_s']:.3f} | {row['output_tokens_per_s']:.1f} | "
+                             f"{row['ttft_p50_ms']:.1f} | {row['ttft_p99_ms']:.1f} | {ratio if row is r else ''} |")
     return "\n".join(lines)
 
 

@@ -121,9 +121,12 @@ def test_serve_bench_table_prints_the_ratio_to_llama_server():
     llama = [{"concurrency": 8, "requests_per_s": 1.0, "output_tokens_per_s": 100.0, "ttft_p50_ms": 40.0,
               "ttft_p99_ms": 60.0}]
     text = table(ours, llama)
-    assert "| 8 | MAX serve (this project) | 2.0 | 120.0 | 50.0 | 90.0 | 1.20x |" in text
-    assert "| 8 | llama-server | 1.0 | 100.0 | 40.0 | 60.0 |  |" in text
+    assert "| 8 | MAX serve (this project) | 2.000 | 120.0 | 50.0 | 90.0 | 1.20x |" in text
+    assert "| 8 | llama-server | 1.000 | 100.0 | 40.0 | 60.0 |  |" in text
     assert "n/a" in table(ours, None)
+    # medians across rounds are floats: printed rounded, the concurrency as a count
+    merged = [dict(ours[0], concurrency=8.0, requests_per_s=2.0490000000000004)]
+    assert "| 8 | MAX serve (this project) | 2.049 | 120.0 |" in table(merged, None)
 
 
 def test_rounds_take_start_and_memory_from_warm_processes():
