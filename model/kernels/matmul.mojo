@@ -42,6 +42,7 @@ from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
 from std.memory import alloc, bitcast, stack_allocation
 from std.sys import llvm_intrinsic
+from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.sys.info import CompilationTarget
 from std.utils.index import IndexList
 
@@ -69,6 +70,11 @@ comptime TASKS = 8  # bands of rows (the runtime spreads them over the cores)
 # that Intel Xeon, even on the AMD EPYC before). 4-8%, at that machine's
 # floor: the unchanged Q8_0 kernel read 3-8% apart in the same runs. Re-run:
 # python -m bench.kernels --step --rows 4 8 16 --against <the revision before>.
+# Then (Intel Xeon): each group's first tile prefetches the next group's rows,
+# so 6 weight rows stream at once instead of 3 (the one-row path has 8 and
+# gained nothing from it: 19.47 vs 19.55 ms): a step's 49 matmuls at 8 rows
+# 23.9 vs 32.9 ms (1.38x; four alternated rounds, ranges apart), 16 rows
+# 43.8 vs 48.8 (1.11x); prefetching two groups ahead was no better.
 comptime WIDE_ROWS = 3
 comptime WIDE = 8
 # Input rows up to which the f32 op runs its own tiles; above, MAX's matmul
@@ -86,16 +92,20 @@ def band(N: Int, t: Int) -> Tuple[Int, Int]:
 @always_inline
 def tile_f32[R: Int, MB: Int](
     xp: UnsafePointer[Float32, _], wp: UnsafePointer[Float32, _], y: FusedOutputTensor[dtype=F32, rank=2, ...],
-    K: Int, r: Int, m0: Int,
+    K: Int, r: Int, m0: Int, pf: Int = -1,
 ):
     """y[m0:m0+MB, r:r+R] from W rows r..r+R: each W vector is loaded once
     and multiplied into MB accumulators (kept in registers once unrolled).
-    Results go through y's fused store: the epilogue MAX fused in, if any."""
+    Results go through y's fused store: the epilogue MAX fused in, if any.
+    pf >= 0: also prefetch W rows pf..pf+R (the next tile's) as it goes."""
     var acc = stack_allocation[R * MB * V, Float32]()
     comptime for a in range(R * MB):
         acc.store(a * V, SIMD[F32, V](0))
     var kv = K - K % V
     for k in range(0, kv, V):
+        if pf >= 0:
+            comptime for i in range(R):
+                prefetch[PrefetchOptions().for_read().high_locality()](wp + (pf + i) * K + k)
         comptime for i in range(R):
             var wv = wp.load[width=V]((r + i) * K + k)
             comptime for j in range(MB):
@@ -208,17 +218,23 @@ struct FewRowsMatmulF32:
             else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
                 while r + WIDE_ROWS <= rows[1]:
                     var m = 0
+                    # The group's first tile also prefetches the next group's
+                    # rows: 6 weight rows in flight rather than 3.
+                    var pf = r + WIDE_ROWS if r + 2 * WIDE_ROWS <= rows[1] else -1
                     while m + WIDE <= M:
-                        tile_f32[WIDE_ROWS, WIDE](xp, wp, y, K, r, m)
+                        tile_f32[WIDE_ROWS, WIDE](xp, wp, y, K, r, m, pf)
                         m += WIDE
+                        pf = -1
                     if m + 4 <= M:
-                        tile_f32[WIDE_ROWS, 4](xp, wp, y, K, r, m)
+                        tile_f32[WIDE_ROWS, 4](xp, wp, y, K, r, m, pf)
                         m += 4
+                        pf = -1
                     if m + 2 <= M:
-                        tile_f32[WIDE_ROWS, 2](xp, wp, y, K, r, m)
+                        tile_f32[WIDE_ROWS, 2](xp, wp, y, K, r, m, pf)
                         m += 2
+                        pf = -1
                     if m < M:
-                        tile_f32[WIDE_ROWS, 1](xp, wp, y, K, r, m)
+                        tile_f32[WIDE_ROWS, 1](xp, wp, y, K, r, m, pf)
                     r += WIDE_ROWS
             while r < rows[1]:  # the band's last rows, fewer than a tile
                 for m in range(M):
