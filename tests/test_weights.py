@@ -124,6 +124,7 @@ def test_copies_follow_the_checkpoint(tmp_path):
     saved = tmp_path / "copies" / checkpoint_key(folder) / f"{name}.npy"
     saved.write_bytes(saved.read_bytes()[:100])  # cut short
     np.testing.assert_array_equal(load_state(folder, config, tmp_path / "copies")[name], hf[name].T)
+    np.testing.assert_array_equal(np.load(saved), hf[name].T)  # and saved whole again, for the next start
 
 
 def resident_pages(array: np.ndarray) -> int:

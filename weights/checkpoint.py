@@ -127,6 +127,9 @@ class SavedArrays:
             if self.source is not None:
                 (staging / SOURCE).write_text(str(self.source))
                 self._prune(keep=staging)
+            # Saved only when loading failed: what is there is cut short or
+            # corrupt, and would fail every later start again.
+            shutil.rmtree(self.folder, ignore_errors=True)
             os.rename(staging, self.folder)  # whole or not at all; another process may have won
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)
