@@ -128,9 +128,10 @@ class SavedArrays:
                 (staging / SOURCE).write_text(str(self.source))
                 self._prune(keep=staging)
             # Saved only when loading failed: what is there is cut short or
-            # corrupt, and would fail every later start again.
+            # corrupt (and would fail every later start), or another process
+            # has just saved the same arrays; either way ours replace it.
             shutil.rmtree(self.folder, ignore_errors=True)
-            os.rename(staging, self.folder)  # whole or not at all; another process may have won
+            os.rename(staging, self.folder)  # whole or not at all
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)
 
