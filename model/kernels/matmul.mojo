@@ -119,6 +119,7 @@ def tile_f32[R: Int, MB: Int](
             y._fused_store[1, 2](IndexList[2](m0 + j, r + i), SIMD[F32, 1](s))
 
 
+comptime QPF = 8  # steps ahead the Q8_0 tiles prefetch their stream (0: none)
 comptime P = 2 * Q  # weights per step of the Q8_0 kernel: two blocks, one 512-bit register of bytes
 
 
@@ -156,6 +157,10 @@ def tile_q8_0[R: Int, MB: Int](
     for p in range(steps):
         var at = t * steps + p  # this tile's step p: ROWS * P codes, 2 * ROWS scales
         var d = dp.load[width=2 * R](at * 2 * ROWS + 2 * i0).cast[F32]()
+        comptime if QPF > 0:
+            if i0 == 0:
+                comptime for i in range(ROWS):
+                    prefetch[PrefetchOptions().for_read().high_locality()](qp + ((at + QPF) * ROWS + i) * P)
         comptime for i in range(R):
             var w = bitcast[DType.uint8, P](qp.load[width=P]((at * ROWS + i0 + i) * P)) ^ 128
             var dw = SIMD[F32, 8](d[2 * i]).join(SIMD[F32, 8](d[2 * i + 1]))
