@@ -119,7 +119,16 @@ def tile_f32[R: Int, MB: Int](
             y._fused_store[1, 2](IndexList[2](m0 + j, r + i), SIMD[F32, 1](s))
 
 
-comptime QPF = 8  # steps ahead the Q8_0 tiles prefetch their stream (0: none)
+# Steps ahead that a Q8_0 tile prefetches its own stream (0: none). Why: a
+# tile is one contiguous stream (8 rows interleaved), and the hardware
+# prefetcher alone kept too few of its lines in flight. Intel Xeon, a decode
+# step's 49 matmuls, alternated with the revision before (`python -m
+# bench.kernels --step --rows 1 --against <it>`, 4 rounds): 6.33 vs 7.60 ms
+# (1.20x, ranges apart); 4 and 16 steps read the same as 8; the whole q8_0
+# decode (bench.profile_decode, 3 alternated rounds): 112-121 vs 98-104
+# tokens/s. A prefetch past the array's end (the last tiles) is harmless: a
+# prefetch never faults.
+comptime QPF = 8
 comptime P = 2 * Q  # weights per step of the Q8_0 kernel: two blocks, one 512-bit register of bytes
 
 
@@ -158,7 +167,7 @@ def tile_q8_0[R: Int, MB: Int](
         var at = t * steps + p  # this tile's step p: ROWS * P codes, 2 * ROWS scales
         var d = dp.load[width=2 * R](at * 2 * ROWS + 2 * i0).cast[F32]()
         comptime if QPF > 0:
-            if i0 == 0:
+            if i0 == 0:  # once per step for all ROWS rows (the 4-input tiles call this twice)
                 comptime for i in range(ROWS):
                     prefetch[PrefetchOptions().for_read().high_locality()](qp + ((at + QPF) * ROWS + i) * P)
         comptime for i in range(R):
