@@ -114,12 +114,13 @@ class Store:
 
 
 class SavedGraph:
-    """A saved graph driven directly: the same call as the compiled one
-    (Tensors in graph order in, its outputs as a list of Tensors out), but
-    nothing is traced. Tracing GPT-2 124M's graph again only to look its MEF
-    up cost ~1 s of every start, ~2 s with custom ops (MAX analyses their
-    library when a traced graph first calls one); loading the MEF and binding
-    the weights takes ~0.03 s."""
+    """A saved graph driven directly: like MAX's CompiledCallable it holds
+    the engine's Model (``engine_model``, which ``GPT2._run`` executes on
+    driver buffers, inputs in graph order), but nothing is traced. Tracing
+    GPT-2 124M's graph again only to look its MEF up cost ~1 s of every
+    start, ~2 s with custom ops (MAX analyses their library when a traced
+    graph first calls one); loading the MEF and binding the weights takes
+    ~0.03 s."""
 
     def __init__(self, session, mef: Path, weights: dict) -> None:
         from max.driver import Buffer
@@ -128,12 +129,7 @@ class SavedGraph:
         # As Module.compile hands them over: driver buffers (zero-copy views
         # of writable arrays). Raw numpy int8/float16 arrays crashed the
         # Q8_0 graph at its first call.
-        self.model = session.init(read(mef), weights_registry={k: Buffer.from_dlpack(v) for k, v in weights.items()})
-
-    def __call__(self, *args) -> list:
-        from max.experimental.tensor import Tensor
-
-        return [Tensor(storage=b) for b in self.model(*(a.driver_tensor for a in args))]
+        self.engine_model = session.init(read(mef), weights_registry={k: Buffer.from_dlpack(v) for k, v in weights.items()})
 
 
 def store_for(name: str, device, direct: bool = True) -> Store:
