@@ -1,8 +1,8 @@
 """``python -m bench.profile_decode``: where one decode step's time goes.
 
 Splits a batch-1 decode step of the app (``GPT2.step`` then greedy
-sampling, as ``model/generate.py`` runs it) into: the compiled graph call,
-the Python around it in ``step`` (input tensors, the cache, the logits to
+sampling, as ``model/generate.py`` runs it) into: the compiled graph (the engine's ``Model.execute``),
+the Python around it in ``step`` (input buffers, the cache, the logits to
 numpy), and choosing the token (``model/sampling.py``). Medians over ``--steps`` steps after a
 ``--context``-token prefill (default 16; 896 for the bench's long-context figure). Default: the bench's random GPT-2 124M checkpoint, float32 on the CPU.
 """

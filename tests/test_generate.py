@@ -147,6 +147,15 @@ def test_top_k_top_p_and_penalty():
     assert next_token(LOGITS, Sampling(0.0), None, [0]) == 0
 
 
+def test_greedy_reads_the_float32_logits_as_the_float64_path_did():
+    # next_token's greedy shortcut skips the float64 copy: the same token, ties included.
+    logits = np.random.default_rng(0).standard_normal(50257).astype(np.float32)
+    logits[[7, 9000]] = logits.max() + 1  # a tie: the first one wins, as before
+    assert next_token(logits, Sampling(0.0), None) == 7 == int(np.argmax(logits.astype(np.float64)))
+    assert next_token(logits, Sampling(0.0), None, [7]) == 7  # no penalty: history changes nothing
+    assert next_token(logits, Sampling(0.0, repetition_penalty=2.0), None, [7]) == 9000  # the penalty still applies
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(temperature=-0.1), "--temperature"), (dict(top_k=0), "--top-k"), (dict(top_p=0.0), "--top-p"),
     (dict(top_p=1.5), "--top-p"), (dict(stop=("",)), "--stop"), (dict(repetition_penalty=0), "--repetition-penalty"),
