@@ -17,7 +17,7 @@ The choice is made inside the op, not by an ``F.cond`` in the graph: a cond
 per layer cost a decode step ~1 ms, and it kept MAX from fusing the bias
 add (and c_fc's gelu) into the matmul, so each ran as a kernel of its own.
 The op's output is a fused output: MAX now folds what follows into it.
-The Q8_0 and Q4_0 ops (model/quantize.py's TiledLinear) are one call too: its
+The Q8_0 op (model/quantize.py's Q8_0Linear) is one call too: its
 integer-dot tiles run for any number of rows (on a 512-token prompt as fast
 as dequantizing the weights and calling MAX's matmul, which it replaced).
 

@@ -69,9 +69,8 @@ Q8_0_WIDTH_MULTIPLE = 2 * BLOCK  # input widths model/kernels' Q8_0 op takes (tw
 Q8_0_TILE = 8  # output rows per interleaved tile: model/kernels/matmul.mojo's ROWS
 
 
-def q4_0_codes(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """[out, in] float -> (codes [out, in] uint8 0..15, standing for code - 8;
-    scales [out, in // 32] float16): ggml's reference Q4_0 rounding."""
+def quantize_q4_0(weight: np.ndarray) -> np.ndarray:
+    """[out, in] float -> [out, in // 32 * 18] uint8 Q4_0 blocks."""
     rows, cols = weight.shape
     if cols % BLOCK:
         raise ValueError(f"Q4_0 needs an input width that is a multiple of {BLOCK}, got {cols}")
@@ -81,16 +80,8 @@ def q4_0_codes(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     extreme = np.take_along_axis(blocks, at, axis=-1)
     d = extreme / -8.0
     codes = np.clip(np.trunc(blocks * _inverse(d) + 8.5), 0, 15).astype(np.uint8)
-    return codes.reshape(rows, cols), d[..., 0].astype(np.float16)
-
-
-def quantize_q4_0(weight: np.ndarray) -> np.ndarray:
-    """[out, in] float -> [out, in // 32 * 18] uint8 Q4_0 blocks (GGUF's bytes)."""
-    codes, d = q4_0_codes(weight)
-    rows = codes.shape[0]
-    codes = codes.reshape(rows, -1, BLOCK)
     packed = codes[..., : BLOCK // 2] | (codes[..., BLOCK // 2 :] << 4)
-    scale = d[..., None].view(np.uint8)  # [rows, blocks, 2], little-endian
+    scale = d.astype(np.float16).view(np.uint8)  # [rows, blocks, 2], little-endian
     return np.concatenate([scale, packed], axis=-1).reshape(rows, -1)
 
 
@@ -181,17 +172,6 @@ def interleave_q8_0(codes: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, 
             np.ascontiguousarray(scales.reshape(tiles, Q8_0_TILE, steps, -1).transpose(0, 2, 1, 3)).reshape(tiles, -1))
 
 
-def interleave_q4_0(codes: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Q4_0 codes [N, K] (0..15) and scales [N, K / 32] -> the layout
-    model/kernels' Q4_0 op reads: Q8_0's tiles (``interleave_q8_0``) with
-    each row's 64 codes of a step packed into 32 bytes, byte b holding code
-    b in its low nibble and code 32 + b in its high one; scales as Q8_0's."""
-    tiled, scales = interleave_q8_0(codes, scales)
-    steps = tiled.reshape(tiled.shape[0], -1, Q8_0_WIDTH_MULTIPLE)
-    half = Q8_0_WIDTH_MULTIPLE // 2
-    return (steps[..., :half] | (steps[..., half:] << 4)).reshape(tiled.shape[0], -1), scales
-
-
 def _inverse(a: np.ndarray) -> np.ndarray:
     """1 / a, with 0 where a is 0 (an all-zero group or block)."""
     return np.divide(1.0, a, out=np.zeros_like(a), where=a != 0)
@@ -261,59 +241,51 @@ def quantized_linear_class():
     return QuantizedLinear
 
 
-TILED = {"q8_0": (8, "int8"), "q4_0": (4, "uint8")}  # this project's ops: bits per code, the codes' dtype
-
-
 @functools.cache
-def tiled_linear_class():
-    """``TiledLinear``, defined on first use (see ``quantized_linear_class``)."""
+def q8_0_linear_class():
+    """``Q8_0Linear``, defined on first use (see ``quantized_linear_class``)."""
     from max.dtype import DType
     from max.experimental import nn
     from max.experimental.tensor import Tensor
 
     from model.fast_linear import custom_matmul
 
-    class TiledLinear(nn.Module):
-        """A Linear whose weight is Q8_0 or Q4_0 in tiles of 8 rows
-        (``interleave_q8_0`` / ``interleave_q4_0``): ``weight`` the codes
-        [tiles, in * 8 * bits / 8] (int8 for Q8_0, two 4-bit codes a byte
-        for Q4_0), ``scales`` float16 [tiles, in / 4]; y = x @ (codes *
-        scales)^T + b, one call of model/kernels' op for any number of rows
-        (MAX fuses the bias add into it)."""
+    class Q8_0Linear(nn.Module):
+        """A Linear whose weight is Q8_0 in tiles of 8 rows
+        (``interleave_q8_0``): ``weight`` int8 codes [tiles, in * 8],
+        ``scales`` float16 [tiles, in / 4]; y = x @ (codes * scales)^T + b,
+        one call of model/kernels' op for any number of rows (MAX fuses the
+        bias add into it)."""
 
+        encoding = "q8_0"
         arrays = ("weight", "scales")  # what quantize_state fills: codes, scales
 
-        def __init__(self, encoding: str, in_dim: int, out_dim: int, bias: bool = True) -> None:
+        def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
             super().__init__()
-            bits, dtype = TILED[encoding]
-            self.encoding = encoding
             self.out_features = out_dim
             tiles = -(-out_dim // Q8_0_TILE)
-            self.weight = Tensor.zeros([tiles, in_dim * Q8_0_TILE * bits // 8], dtype=DType.from_numpy(np.dtype(dtype)))
+            self.weight = Tensor.zeros([tiles, in_dim * Q8_0_TILE], dtype=DType.int8)
             self.scales = Tensor.zeros([tiles, in_dim * Q8_0_TILE // BLOCK], dtype=DType.float16)
             self.bias = Tensor.zeros([out_dim]) if bias else None
             self.traced = Traced()
 
         def forward(self, x):
             self.traced.ran = True
-            y = custom_matmul(f"few_rows_matmul_{self.encoding}", x, [self.weight, self.scales], self.out_features)
+            y = custom_matmul("few_rows_matmul_q8_0", x, [self.weight, self.scales], self.out_features)
             return y if self.bias is None else y + self.bias
 
-    return TiledLinear
+    return Q8_0Linear
 
 
 def quantized_linear(encoding: str):
     """A ``linear(in_dim, out_dim, bias=True)`` maker for the course's blocks:
-    a TiledLinear (q8_0, q4_0: this project's ops) or QuantizedLinear (q6_k) where the input width fits the
+    a QuantizedLinear (Q8_0Linear for q8_0) where the input width fits the
     format's blocks, else a float32 ``nn.Linear`` (GGUF block formats need
     whole blocks per row)."""
     from max.experimental import nn
 
-    if encoding in TILED:  # the kernel takes two blocks per step (one 512-bit register of codes)
-        block, TiledLinear = Q8_0_WIDTH_MULTIPLE, tiled_linear_class()
-
-        def make(in_dim, out_dim, bias):
-            return TiledLinear(encoding, in_dim, out_dim, bias)
+    if encoding == "q8_0":  # the kernel takes two blocks per step (one 512-bit register of codes)
+        block, make = Q8_0_WIDTH_MULTIPLE, q8_0_linear_class()
     else:
         block, QuantizedLinear = ENCODINGS[encoding].block, quantized_linear_class()
 
@@ -330,7 +302,7 @@ def quantized_linear(encoding: str):
 
 def quantized_layers(lm) -> list:
     """The quantized Linear layers of a built model, as (name, module)."""
-    kinds = (quantized_linear_class(), tiled_linear_class())
+    kinds = (quantized_linear_class(), q8_0_linear_class())
     return [(name, m) for name, m in lm.descendants if isinstance(m, kinds)]
 
 
@@ -347,9 +319,6 @@ def quantized_arrays(encoding: str, weight: np.ndarray) -> dict[str, np.ndarray]
     ``arrays``), by name."""
     if encoding == "q8_0":
         codes, scales = interleave_q8_0(*quantize_q8_0(weight))
-        return {"weight": codes, "scales": scales}
-    if encoding == "q4_0":
-        codes, scales = interleave_q4_0(*q4_0_codes(weight))
         return {"weight": codes, "scales": scales}
     rows = weight.shape[0]
     if padded_rows(rows) != rows:

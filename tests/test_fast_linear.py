@@ -1,5 +1,5 @@
 """The app's own matmul kernels (model/kernels/matmul.mojo, used through
-model/fast_linear.py and model/quantize.py's TiledLinear, Q8_0 and Q4_0): the same results as
+model/fast_linear.py and model/quantize.py's Q8_0Linear): the same results as
 the course's nn.Linear / numpy, for few rows (the custom op) and many rows
 (MAX's matmul), awkward shapes included; and whole models built with them
 give the same tokens as models built from step 04's nn.Linear."""
@@ -11,7 +11,7 @@ import pytest
 from checkpoints import demo_reference, greedy, reference
 
 from model.fast_linear import FEW_ROWS
-from model.quantize import BLOCK, dequantize_q8_0, interleave_q4_0, interleave_q8_0, q4_0_codes, quantize_q8_0
+from model.quantize import BLOCK, dequantize_q8_0, interleave_q8_0, quantize_q8_0
 
 
 def test_q8_0_is_ggml_s_rounding():
@@ -54,42 +54,11 @@ def test_the_interleaved_q8_0_layout_keeps_every_code_and_scale_where_the_kernel
             np.testing.assert_array_equal(flat_scales[at:at + 2], want)
 
 
-def test_the_interleaved_q4_0_layout_packs_each_step_where_the_kernel_reads_it():
-    # tile_q8_0[BITS=4] reads tile t, step p, row i's 32 bytes at
-    # (t * steps + p) * 8 * 32 + i * 32: byte b holds code b of the step in
-    # its low nibble and code 32 + b in its high one; scales as Q8_0's.
-    n, k = 11, 128
-    codes = (np.arange(n * k) % 16).astype(np.uint8).reshape(n, k)
-    codes[3, 70] = 15  # one high code in a high nibble's half
-    scales = np.arange(n * k // 32).astype(np.float16).reshape(n, k // 32)
-    packed, packed_scales = interleave_q4_0(codes, scales)
-    assert packed.shape == (2, 8 * k // 2) and packed.dtype == np.uint8
-    np.testing.assert_array_equal(packed_scales, interleave_q8_0(codes, scales)[1])
-    flat, steps = packed.reshape(-1), k // 64
-    for row in range(2 * 8):
-        t, i = divmod(row, 8)
-        for p in range(steps):
-            at = (t * steps + p) * 8 * 32 + i * 32
-            step = codes[row, p * 64:(p + 1) * 64] if row < n else np.zeros(64, np.uint8)
-            np.testing.assert_array_equal(flat[at:at + 32] & 15, step[:32])
-            np.testing.assert_array_equal(flat[at:at + 32] >> 4, step[32:])
-
-
-def test_q4_0_codes_are_ggml_s_blocks():
-    from model.quantize import dequantize_q4_0, quantize_q4_0
-
-    w = np.random.default_rng(5).standard_normal((3, 128)).astype(np.float32)
-    codes, d = q4_0_codes(w)
-    assert codes.max() <= 15 and d.shape == (3, 4)
-    dense = ((codes.reshape(3, 4, BLOCK).astype(np.float32) - 8) * d.astype(np.float32)[..., None]).reshape(3, 128)
-    np.testing.assert_array_equal(dense, dequantize_q4_0(quantize_q4_0(w)))
-
-
 @pytest.fixture(scope="module")
 def layers():
-    """One compiled graph holding the kernels' layers: float32 48 -> 37
+    """One compiled graph holding both kernels' layers: float32 48 -> 37
     (a width that is not a multiple of the 16 lanes, a height not a multiple
-    of the 8-row tile), Q8_0 and Q4_0 128 -> 37; rows are symbolic."""
+    of the 8-row tile) and Q8_0 128 -> 37; rows are symbolic."""
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental import functional as F
@@ -105,38 +74,32 @@ def layers():
               "q8.bias": rng.standard_normal(37).astype(np.float32)}
     q8_codes, q8_scales = quantize_q8_0(rng.standard_normal((37, 128)).astype(np.float32))
     arrays["q8.weight"], arrays["q8.scales"] = interleave_q8_0(q8_codes, q8_scales)  # 5 tiles, the last padded
-    q4_codes, q4_scales = q4_0_codes(rng.standard_normal((37, 128)).astype(np.float32))
-    arrays["q4.weight"], arrays["q4.scales"] = interleave_q4_0(q4_codes, q4_scales)
-    arrays["q4.bias"] = rng.standard_normal(37).astype(np.float32)
-    q4_dense = ((q4_codes.reshape(37, 4, BLOCK).astype(np.float32) - 8)
-                * q4_scales.astype(np.float32)[..., None]).reshape(37, 128)
 
     class Both(nn.Module):
         def __init__(self):
             super().__init__()
             self.f32 = few_rows_linear(48, 37)
             self.q8 = quantized_linear("q8_0")(128, 37)
-            self.q4 = quantized_linear("q4_0")(128, 37)
 
         def forward(self, a, b):
-            return self.f32(a), self.q8(b), self.q4(b)
+            return self.f32(a), self.q8(b)
 
     with F.lazy():
         both = Both()
     types = [TensorType(DType.float32, ["batch", "seq", width], device=CPU()) for width in (48, 128)]
     compiled = both.compile(*types, weights=arrays)
-    return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales), q4_dense
+    return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales)
 
 
 @pytest.mark.parametrize("batch, seq", [(1, 1), (1, 3), (1, 7), (2, 5), (1, FEW_ROWS), (1, FEW_ROWS + 1), (3, 20)])
 def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
     from max.experimental.tensor import Tensor
 
-    compiled, arrays, q8_dense, q4_dense = layers
+    compiled, arrays, q8_dense = layers
     rng = np.random.default_rng(batch * 100 + seq)
     a = rng.standard_normal((batch, seq, 48)).astype(np.float32)
     b = rng.standard_normal((batch, seq, 128)).astype(np.float32)
-    got_f32, got_q8, got_q4 = (t.to_numpy() for t in compiled(Tensor.from_dlpack(a), Tensor.from_dlpack(b)))
+    got_f32, got_q8 = (t.to_numpy() for t in compiled(Tensor.from_dlpack(a), Tensor.from_dlpack(b)))
     want_f32 = a @ arrays["f32.weight"].T + arrays["f32.bias"]
     want_q8 = b @ q8_dense.T + arrays["q8.bias"]
     assert got_f32.shape == got_q8.shape == (batch, seq, 37)
@@ -144,9 +107,6 @@ def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
     # The Q8_0 kernel rounds the activations to 8 bits per block of 32 (as
     # llama.cpp's q8_0 does), for any number of rows.
     assert np.abs(got_q8 - want_q8).max() <= 0.01 * np.abs(want_q8).max()
-    want_q4 = b @ q4_dense.T + arrays["q4.bias"]  # the same tiles at 4 bits, the same rounded activations
-    assert got_q4.shape == (batch, seq, 37)
-    assert np.abs(got_q4 - want_q4).max() <= 0.01 * np.abs(want_q4).max()
 
 
 def greedy_tokens(gpt2, prompt: np.ndarray, n: int) -> list[int]:

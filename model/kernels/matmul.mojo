@@ -147,47 +147,35 @@ def dot4(acc: SIMD[DType.int32, 16], u: SIMD[DType.uint8, P], s: SIMD[DType.int8
 
 
 @always_inline
-def tile_q8_0[R: Int, MB: Int, BITS: Int = 8](
+def tile_q8_0[R: Int, MB: Int](
     xq: UnsafePointer[Int8, _], xs: UnsafePointer[Float32, _], xc: UnsafePointer[Int32, _],
-    qp: UnsafePointer[UInt8, _], dp: UnsafePointer[Float16, _], y: FusedOutputTensor[dtype=F32, rank=2, ...],
+    qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], y: FusedOutputTensor[dtype=F32, rank=2, ...],
     K: Int, N: Int, t: Int, i0: Int, m0: Int,
 ):
     """y[m0:m0+MB, rows t*ROWS+i0 .. +R] from tile t of the interleaved
     layout (see the top of this file), against Q8_0 inputs (as llama.cpp
     does): per step of two blocks, 64 codes x 64 inputs are one integer dot
     product into 16 int32 lanes (8 per block), then scaled by the weight's
-    d times the input's d. BITS = 8 (Q8_0): the weights' int8 codes are made
-    unsigned (+128) for the instruction, and xc, the input's codes summed
-    per block times -16 per lane, takes the +128 back out (prepare_inputs).
-    BITS = 4 (Q4_0): a row's step is 32 bytes, byte b holding weight b in
-    its low nibble and weight 32 + b in its high one, codes 0..15 standing
-    for code - 8; xc / 16 per lane takes the 8 back out."""
-    comptime RB = P * BITS // 8  # bytes of one row's step
+    d times the input's d. The weights' int8 codes are made unsigned (+128)
+    for the instruction; xc, the input's codes summed per block times -16
+    per lane, takes the +128 back out (prepare_inputs)."""
     var steps = K // P
     var acc = stack_allocation[R * MB * 16, Float32]()
     comptime for a in range(R * MB):
         acc.store(a * 16, SIMD[F32, 16](0))
     for p in range(steps):
-        var at = t * steps + p  # this tile's step p: ROWS * RB bytes of codes, 2 * ROWS scales
+        var at = t * steps + p  # this tile's step p: ROWS * P codes, 2 * ROWS scales
+        var d = dp.load[width=2 * R](at * 2 * ROWS + 2 * i0).cast[F32]()
         comptime if QPF > 0:
             if i0 == 0:  # once per step for all ROWS rows (the 4-input tiles call this twice)
-                comptime for line in range(ROWS * RB // 64):
-                    prefetch[PrefetchOptions().for_read().high_locality()](qp + (at + QPF) * ROWS * RB + line * 64)
-        var d = dp.load[width=2 * R](at * 2 * ROWS + 2 * i0).cast[F32]()
+                comptime for i in range(ROWS):
+                    prefetch[PrefetchOptions().for_read().high_locality()](qp + ((at + QPF) * ROWS + i) * P)
         comptime for i in range(R):
-            var w: SIMD[DType.uint8, P]
-            comptime if BITS == 8:
-                w = qp.load[width=P]((at * ROWS + i0 + i) * RB) ^ 128
-            else:
-                var packed = qp.load[width=P // 2]((at * ROWS + i0 + i) * RB)
-                w = (packed & 15).join(packed >> 4)
+            var w = bitcast[DType.uint8, P](qp.load[width=P]((at * ROWS + i0 + i) * P)) ^ 128
             var dw = SIMD[F32, 8](d[2 * i]).join(SIMD[F32, 8](d[2 * i + 1]))
             comptime for j in range(MB):
                 var lane = (m0 + j) * steps * 16 + p * 16
-                var correction = xc.load[width=16](lane)
-                comptime if BITS == 4:
-                    correction = correction >> 4
-                var dots = dot4(correction, w, xq.load[width=P]((m0 + j) * K + p * P))
+                var dots = dot4(xc.load[width=16](lane), w, xq.load[width=P]((m0 + j) * K + p * P))
                 var a = (i * MB + j) * 16
                 acc.store(a, dots.cast[F32]().fma(dw * xs.load[width=16](lane), acc.load[width=16](a)))
     comptime for i in range(R):
@@ -270,38 +258,6 @@ struct FewRowsMatmulF32:
         parallelize(work, TASKS)
 
 
-def tiled_matmul[BITS: Int](
-    y: FusedOutputTensor[dtype=F32, rank=2, ...], x: InputTensor[dtype=F32, rank=2, ...],
-    qp: UnsafePointer[UInt8, _], dp: UnsafePointer[Float16, _], tiles: Int,
-):
-    """The Q8_0 / Q4_0 ops' body: the input rounded to Q8_0 once, then each
-    task a band of tiles, 4 input rows at a time, then one."""
-    var M = x.dim_size(0)
-    var K = x.dim_size(1)
-    var N = y.dim_size(1)
-    var xq = alloc[Int8](M * K)
-    var xs = alloc[Float32](M * K // P * 16)
-    var xc = alloc[Int32](M * K // P * 16)
-    prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
-
-    def work(task: Int) {var M, var K, var N, var tiles, var xq, var xs, var xc, var qp, var dp, var y}:
-        var per = (tiles + TASKS - 1) // TASKS
-        for t in range(task * per, min(task * per + per, tiles)):
-            var m = 0
-            while m + 4 <= M:
-                tile_q8_0[ROWS // 2, 4, BITS](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
-                tile_q8_0[ROWS // 2, 4, BITS](xq, xs, xc, qp, dp, y, K, N, t, ROWS // 2, m)
-                m += 4
-            while m < M:
-                tile_q8_0[ROWS, 1, BITS](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
-                m += 1
-
-    parallelize(work, TASKS)
-    xq.free()
-    xs.free()
-    xc.free()
-
-
 @extensibility.register("few_rows_matmul_q8_0")
 struct FewRowsMatmulQ8_0:
     @staticmethod
@@ -312,17 +268,30 @@ struct FewRowsMatmulQ8_0:
         scales: InputTensor[dtype=DType.float16, rank=2, ...],
         ctx: DeviceContext,
     ) raises:
-        tiled_matmul[8](y, x, codes.unsafe_ptr().bitcast[UInt8](), scales.unsafe_ptr(), codes.dim_size(0))
+        var M = x.dim_size(0)
+        var K = x.dim_size(1)
+        var N = y.dim_size(1)
+        var tiles = codes.dim_size(0)
+        var qp = codes.unsafe_ptr()
+        var dp = scales.unsafe_ptr()
+        var xq = alloc[Int8](M * K)
+        var xs = alloc[Float32](M * K // P * 16)
+        var xc = alloc[Int32](M * K // P * 16)
+        prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
+        def work(task: Int) {var M, var K, var N, var tiles, var xq, var xs, var xc, var qp, var dp, var y}:
+            var per = (tiles + TASKS - 1) // TASKS
+            for t in range(task * per, min(task * per + per, tiles)):
+                var m = 0
+                while m + 4 <= M:
+                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
+                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, ROWS // 2, m)
+                    m += 4
+                while m < M:
+                    tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
+                    m += 1
 
-@extensibility.register("few_rows_matmul_q4_0")
-struct FewRowsMatmulQ4_0:
-    @staticmethod
-    def execute[target: StaticString](
-        y: FusedOutputTensor[dtype=F32, rank=2, ...],
-        x: InputTensor[dtype=F32, rank=2, ...],
-        codes: InputTensor[dtype=DType.uint8, rank=2, ...],
-        scales: InputTensor[dtype=DType.float16, rank=2, ...],
-        ctx: DeviceContext,
-    ) raises:
-        tiled_matmul[4](y, x, codes.unsafe_ptr(), scales.unsafe_ptr(), codes.dim_size(0))
+        parallelize(work, TASKS)
+        xq.free()
+        xs.free()
+        xc.free()
