@@ -158,7 +158,7 @@ class GPT2:
         """A host array as a driver buffer on the model's device."""
         from max.driver import Buffer
 
-        b = Buffer.from_numpy(np.ascontiguousarray(array))
+        b = Buffer.from_numpy(array)  # a view; a copy only where the array is not contiguous
         return b if self.placement.kind == "cpu" else b.to(self.placement.max_device())
 
     @staticmethod
