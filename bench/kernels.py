@@ -59,7 +59,7 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
     from max.graph import DeviceRef, Graph, TensorType, ops
 
     from model.fast_linear import kernel_library
-    from model.quantize import Q8_0_TILE
+    from model.quantize import Q8_0_TILE, padded_rows
 
     cpu = DeviceRef.CPU()
     per = 2 if kind.startswith("q8_0") else 1
@@ -67,8 +67,12 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
         weights = []
         for out_dim, in_dim in shapes:
             tiles = -(-out_dim // Q8_0_TILE)  # Q8_0 in model/quantize.py's interleaved tiles
-            weights += ([np.empty((tiles, in_dim * Q8_0_TILE), np.int8), np.empty((tiles, in_dim * Q8_0_TILE // 32), np.float16)]
-                        if per == 2 else [np.empty((out_dim, in_dim), np.float32)])
+            if kind.startswith("q4_0"):  # Q4_0 blocks in MAX's packed layout, rows padded to 32
+                weights.append(np.empty((padded_rows(out_dim), in_dim // 32 * 18), np.uint8))
+            elif per == 2:
+                weights += [np.empty((tiles, in_dim * Q8_0_TILE), np.int8), np.empty((tiles, in_dim * Q8_0_TILE // 32), np.float16)]
+            else:
+                weights.append(np.empty((out_dim, in_dim), np.float32))
     types = [TensorType(DType.float32, [rows, shapes[0][1]], device=cpu)]
     types += [TensorType(DType.from_numpy(a.dtype), list(a.shape), device=cpu) for a in weights]
     with Graph(f"bench_{kind}", input_types=types, custom_extensions=libraries or [kernel_library()]) as g:
@@ -80,6 +84,9 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
             these = w[per * i:per * i + per]
             if kind == "max":
                 outs.append(h @ ops.transpose(these[0], 0, 1))
+            elif kind == "q4_0_max":  # MAX's own Q4_0 kernel (F.qmatmul's, without its repack op) on the same blocks
+                padded = [TensorType(DType.float32, [rows, padded_rows(out_dim)], device=cpu)]
+                outs.append(ops.custom("vroom_q4_0_matmul", cpu, [h, *these], padded)[0][:, :out_dim])
             else:
                 outs.append(ops.custom(f"few_rows_matmul_{kind}", cpu, [h, *these], out_type)[0])
         g.output(*outs)
@@ -147,6 +154,16 @@ def library_at(rev: str) -> Path:
     return library
 
 
+def has_op(rev: str, kind: str) -> bool:
+    """Whether model/kernels at ``rev`` registers ``few_rows_matmul_<kind>``."""
+    from model.fast_linear import KERNELS
+    from model.saved_graphs import ROOT
+
+    folder = KERNELS.relative_to(ROOT).as_posix()
+    found = subprocess.run(["git", "grep", "-q", f'register("few_rows_matmul_{kind}")', rev, "--", folder], cwd=ROOT)
+    return found.returncode == 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16, 32], help="row counts (default: 1 4 8 16 32)")
@@ -165,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     from max.engine import InferenceSession
 
     from model.fast_linear import kernel_library
-    from model.quantize import dequantize_q8_0, interleave_q8_0, quantize_q8_0
+    from model.quantize import (dequantize_q4_0, dequantize_q8_0, interleave_q8_0, pack_q4_0, padded_rows,
+                                quantize_q4_0, quantize_q8_0)
 
     rng = np.random.default_rng(0)
     distinct = 2 if args.hot else len(shapes)
@@ -176,13 +194,22 @@ def main(argv: list[str] | None = None) -> int:
     session = InferenceSession(devices=[CPU()], custom_extensions=libraries)
     q8_arrays = [a for pair in q8 for a in interleave_q8_0(*pair)]
     f32_bytes, q8_bytes = sum(w.nbytes for w in dense), sum(c.nbytes + d.nbytes for c, d in q8)
-    weights = {"f32": (dense, f32_bytes), "max": (dense, f32_bytes), "q8_0": (q8_arrays, q8_bytes)}
+    q4 = [quantize_q4_0(np.concatenate([w, np.zeros((padded_rows(len(w)) - len(w), w.shape[1]), np.float32)]))
+          for w in dense]  # rows padded to MAX's bands of 32
+    q4_arrays = [pack_q4_0(b) for b in q4]
+    q4_bytes = sum(b.nbytes for b in q4)
+    weights = {"f32": (dense, f32_bytes), "max": (dense, f32_bytes), "q8_0": (q8_arrays, q8_bytes),
+               "q4_0": (q4_arrays, q4_bytes), "q4_0_max": (q4_arrays, q4_bytes)}
+    against = [k for k in ("f32", "q8_0", "q4_0") if not args.against or has_op(args.against, k)]
     if args.against:
-        weights.update({"f32" + THEN: weights["f32"], "q8_0" + THEN: weights["q8_0"]})
+        weights.update({kind + THEN: weights[kind] for kind in against})
     q8_dense = [dequantize_q8_0(c, d) for c, d in q8]
+    q4_dense = [dequantize_q4_0(b)[:len(w)] for b, w in zip(q4, dense)]
+    exact = {"q8_0": q8_dense, "q4_0": q4_dense}
     what = "a decode step's 49 matmuls" if args.step else "24 MLP matmuls" + (" (weights in cache)" if args.hot else "")
     print(f"GPT-2 124M's {what}; medians of {args.reps}" + (f", then of {rounds} alternated rounds" if rounds > 1 else ""))
-    print(f"{'rows':>4} {'kernel fp32':>22} {'MAX x @ W.T':>22} {'ratio':>6} {'kernel q8_0':>22}  largest rel. diff")
+    print(f"{'rows':>4} {'kernel fp32':>22} {'MAX x @ W.T':>22} {'ratio':>6} {'kernel q8_0':>22} "
+          f"{'kernel q4_0':>22} {'MAX q4_0':>22} {'ratio':>6}  largest rel. diff")
     for rows in args.rows:
         x = rng.standard_normal((rows, shapes[0][1]), dtype=np.float32)
         models, inputs, diffs = {}, {}, {}
@@ -192,23 +219,26 @@ def main(argv: list[str] | None = None) -> int:
             # each of them again, which added milliseconds to the figures.
             inputs[kind] = [Buffer.from_numpy(a) for a in (x, *arrays)]
             got = [t.to_numpy() for t in models[kind].execute(*inputs[kind])]
-            want = reference(x, q8_dense if kind.startswith("q8_0") else dense, shapes)
+            want = reference(x, exact.get(kind[:4], dense), shapes)
             diffs[kind] = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want))
         times: dict[str, list[float]] = {kind: [] for kind in models}
         for _ in range(rounds):
             for kind in models:
                 times[kind].append(timed(models[kind], inputs[kind], args.reps))
         seconds = {kind: statistics.median(t) for kind, t in times.items()}
-        cells = [f"{seconds[k] * 1e3:8.2f} ms {weights[k][1] / seconds[k] / 1e9:6.1f} GB/s" for k in ("f32", "max", "q8_0")]
-        print(f"{rows:>4} {cells[0]:>22} {cells[1]:>22} {seconds['max'] / seconds['f32']:5.2f}x {cells[2]:>22}  "
-              f"{diffs['f32']:.1e} / {diffs['max']:.1e} / {diffs['q8_0']:.1e}")
+        cells = [f"{seconds[k] * 1e3:8.2f} ms {weights[k][1] / seconds[k] / 1e9:6.1f} GB/s"
+                 for k in ("f32", "max", "q8_0", "q4_0", "q4_0_max")]
+        print(f"{rows:>4} {cells[0]:>22} {cells[1]:>22} {seconds['max'] / seconds['f32']:5.2f}x {cells[2]:>22} "
+              f"{cells[3]:>22} {cells[4]:>22} {seconds['q4_0_max'] / seconds['q4_0']:5.2f}x  "
+              + " / ".join(f"{diffs[k]:.1e}" for k in ("f32", "max", "q8_0", "q4_0", "q4_0_max")))
         if args.against:
             print(f"     {args.against}: " + "; ".join(
                 f"{kind} {seconds[kind + THEN] * 1e3:.2f} ms ({min(times[kind + THEN]) * 1e3:.2f}-{max(times[kind + THEN]) * 1e3:.2f}) "
                 f"vs now {seconds[kind] * 1e3:.2f} ({min(times[kind]) * 1e3:.2f}-{max(times[kind]) * 1e3:.2f}): "
-                f"{seconds[kind + THEN] / seconds[kind]:.2f}x, diff {diffs[kind + THEN]:.1e}" for kind in ("f32", "q8_0")))
-    print("(ratio: MAX's time / the fp32 kernel's; above 1 the kernel wins. q8_0 rounds the activations to 8 bits "
-          "per block of 32, as llama.cpp does: its difference from numpy's exact product is ~1e-2"
+                f"{seconds[kind + THEN] / seconds[kind]:.2f}x, diff {diffs[kind + THEN]:.1e}" for kind in against))
+    print("(ratios: MAX's time / the kernel's, fp32 and q4_0; above 1 the kernel wins. q8_0 and q4_0 round the "
+          "activations to 8 bits per block of 32, as llama.cpp and MAX's q4_0 kernel do: their difference from "
+          "numpy's product with the dequantized weights is ~1e-2"
           + ("; --against: the revision's time / this tree's, above 1 this tree is faster" if args.against else "") + ")")
     return 0
 

@@ -94,6 +94,25 @@ def dequantize_q4_0(blocks: np.ndarray) -> np.ndarray:
     return ((codes - 8.0) * d).reshape(rows, -1)
 
 
+def pack_q4_0(blocks: np.ndarray) -> np.ndarray:
+    """Q4_0 blocks [out, in / 32 * 18] (out a multiple of 32) -> the same
+    bytes in the layout MAX's Q4_0 kernel reads (its ``matmul_qint4_pack_b``,
+    what F.qmatmul's repack op does in the graph), the one
+    model/kernels/q4_0.mojo's op takes: per band of 32 rows, per block of 32
+    weights, 576 bytes: the 32 rows' float16 scales, then for j in 0..3 each
+    row's 4 bytes whose byte t holds codes 8j+t (low nibble) and 8j+4+t (high)."""
+    rows = blocks.shape[0]
+    if rows % ROW_MULTIPLE:
+        raise ValueError(f"Q4_0 packing takes bands of {ROW_MULTIPLE} rows, got {rows}")
+    b = blocks.reshape(rows // ROW_MULTIPLE, ROW_MULTIPLE, -1, BLOCK_BYTES)  # [band, row, group, bytes]
+    codes = np.concatenate([b[..., 2:] & 0x0F, b[..., 2:] >> 4], axis=-1)  # codes 0..31 in order
+    codes = codes.reshape(*codes.shape[:3], 4, 2, 4)  # [band, row, group, j, low / high, t]
+    tuples = codes[..., 0, :] | (codes[..., 1, :] << 4)  # [band, row, group, j, t]
+    tuples = tuples.transpose(0, 2, 3, 1, 4).reshape(*tuples.shape[:1], tuples.shape[2], -1)  # [band, group, j * row * t]
+    scales = b[..., :2].transpose(0, 2, 1, 3).reshape(tuples.shape[0], tuples.shape[1], -1)  # [band, group, row * 2]
+    return np.concatenate([scales, tuples], axis=-1).reshape(rows, -1)
+
+
 
 Q6_K_BYTES = 128 + 64 + 16 + 2  # low 4 bits, high 2 bits, 16 int8 scales, float16 d
 
@@ -277,6 +296,41 @@ def q8_0_linear_class():
     return Q8_0Linear
 
 
+@functools.cache
+def q4_0_linear_class():
+    """``Q4_0Linear``, defined on first use (see ``quantized_linear_class``)."""
+    from max.dtype import DType
+    from max.experimental import nn
+    from max.experimental.tensor import Tensor
+
+    from model.fast_linear import custom_matmul
+
+    class Q4_0Linear(nn.Module):
+        """A Linear whose weight is Q4_0 blocks in MAX's packed layout
+        (``pack_q4_0``): ``weight`` uint8 [out rounded up to 32, in / 32 *
+        18]; y = x @ dequantize(W)^T + b, one call of model/kernels' op
+        (model/kernels/q4_0.mojo: its own kernel for one row, MAX's Q4_0
+        matmul for more), so MAX fuses the bias add (and gelu, the residual
+        add) into it, and the padded rows are never outputs."""
+
+        encoding = "q4_0"
+        arrays = ("weight",)  # what quantize_state fills (the bias stays float32)
+
+        def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
+            super().__init__()
+            self.out_features = out_dim
+            self.weight = Tensor.zeros([padded_rows(out_dim), in_dim // BLOCK * BLOCK_BYTES], dtype=DType.uint8)
+            self.bias = Tensor.zeros([out_dim]) if bias else None
+            self.traced = Traced()
+
+        def forward(self, x):
+            self.traced.ran = True
+            y = custom_matmul("few_rows_matmul_q4_0", x, [self.weight], self.out_features)
+            return y if self.bias is None else y + self.bias
+
+    return Q4_0Linear
+
+
 def quantized_linear(encoding: str):
     """A ``linear(in_dim, out_dim, bias=True)`` maker for the course's blocks:
     a QuantizedLinear (Q8_0Linear for q8_0) where the input width fits the
@@ -286,6 +340,8 @@ def quantized_linear(encoding: str):
 
     if encoding == "q8_0":  # the kernel takes two blocks per step (one 512-bit register of codes)
         block, make = Q8_0_WIDTH_MULTIPLE, q8_0_linear_class()
+    elif encoding == "q4_0":
+        block, make = BLOCK, q4_0_linear_class()
     else:
         block, QuantizedLinear = ENCODINGS[encoding].block, quantized_linear_class()
 
@@ -302,7 +358,7 @@ def quantized_linear(encoding: str):
 
 def quantized_layers(lm) -> list:
     """The quantized Linear layers of a built model, as (name, module)."""
-    kinds = (quantized_linear_class(), q8_0_linear_class())
+    kinds = (quantized_linear_class(), q8_0_linear_class(), q4_0_linear_class())
     return [(name, m) for name, m in lm.descendants if isinstance(m, kinds)]
 
 
@@ -323,7 +379,8 @@ def quantized_arrays(encoding: str, weight: np.ndarray) -> dict[str, np.ndarray]
     rows = weight.shape[0]
     if padded_rows(rows) != rows:
         weight = np.concatenate([weight, np.zeros((padded_rows(rows) - rows, weight.shape[1]), np.float32)])
-    return {"weight": ENCODINGS[encoding].quantize(weight)}
+    blocks = ENCODINGS[encoding].quantize(weight)
+    return {"weight": pack_q4_0(blocks) if encoding == "q4_0" else blocks}
 
 
 def quantize_state(specs: dict[str, list], state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
