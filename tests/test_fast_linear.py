@@ -11,7 +11,8 @@ import pytest
 from checkpoints import demo_reference, greedy, reference
 
 from model.fast_linear import FEW_ROWS
-from model.quantize import BLOCK, dequantize_q8_0, interleave_q8_0, quantize_q8_0
+from model.quantize import (BLOCK, dequantize_q4_0, dequantize_q8_0, interleave_q8_0, pack_q4_0, quantize_q4_0,
+                            quantize_q8_0)
 
 
 def test_q8_0_is_ggml_s_rounding():
@@ -54,6 +55,31 @@ def test_the_interleaved_q8_0_layout_keeps_every_code_and_scale_where_the_kernel
             np.testing.assert_array_equal(flat_scales[at:at + 2], want)
 
 
+def test_the_packed_q4_0_layout_keeps_every_code_and_scale_where_the_kernel_reads_it():
+    # model/kernels/q4_0.mojo reads band b (32 rows), block g's 576 bytes at
+    # (b * groups + g) * 576: row i's float16 scale at 2 * i, then chunk j's
+    # 4 bytes of row i at 64 + j * 128 + 4 * i, byte t = code 8j+t | code 8j+4+t << 4.
+    rows, k = 64, 96
+    rng = np.random.default_rng(2)
+    blocks = quantize_q4_0(rng.standard_normal((rows, k)).astype(np.float32))
+    packed = pack_q4_0(blocks)
+    assert packed.shape == blocks.shape and packed.dtype == np.uint8
+    flat, groups = packed.reshape(-1), k // BLOCK
+    for row in range(rows):
+        band, i = divmod(row, 32)
+        for g in range(groups):
+            block = blocks[row, g * 18:(g + 1) * 18]
+            codes = np.concatenate([block[2:] & 15, block[2:] >> 4])  # ggml: low nibbles 0-15, high 16-31
+            at = (band * groups + g) * 576
+            assert flat[at + 2 * i:at + 2 * i + 2].tobytes() == block[:2].tobytes()
+            for j in range(4):
+                got = flat[at + 64 + j * 128 + 4 * i:][:4]
+                np.testing.assert_array_equal(got & 15, codes[8 * j:8 * j + 4])
+                np.testing.assert_array_equal(got >> 4, codes[8 * j + 4:8 * j + 8])
+    with pytest.raises(ValueError, match="bands of 32"):
+        pack_q4_0(blocks[:40])
+
+
 @pytest.fixture(scope="module")
 def layers():
     """One compiled graph holding both kernels' layers: float32 48 -> 37
@@ -74,39 +100,46 @@ def layers():
               "q8.bias": rng.standard_normal(37).astype(np.float32)}
     q8_codes, q8_scales = quantize_q8_0(rng.standard_normal((37, 128)).astype(np.float32))
     arrays["q8.weight"], arrays["q8.scales"] = interleave_q8_0(q8_codes, q8_scales)  # 5 tiles, the last padded
+    # Q4_0 128 -> 37: two bands of 32 rows, the last 27 rows of padding
+    q4_blocks = quantize_q4_0(np.concatenate([rng.standard_normal((37, 128)), np.zeros((27, 128))]).astype(np.float32))
+    arrays["q4.weight"], arrays["q4.bias"] = pack_q4_0(q4_blocks), rng.standard_normal(37).astype(np.float32)
 
-    class Both(nn.Module):
+    class Three(nn.Module):
         def __init__(self):
             super().__init__()
             self.f32 = few_rows_linear(48, 37)
             self.q8 = quantized_linear("q8_0")(128, 37)
+            self.q4 = quantized_linear("q4_0")(128, 37)
 
         def forward(self, a, b):
-            return self.f32(a), self.q8(b)
+            return self.f32(a), self.q8(b), self.q4(b)
 
     with F.lazy():
-        both = Both()
+        three = Three()
     types = [TensorType(DType.float32, ["batch", "seq", width], device=CPU()) for width in (48, 128)]
-    compiled = both.compile(*types, weights=arrays)
-    return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales)
+    compiled = three.compile(*types, weights=arrays)
+    return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales), dequantize_q4_0(q4_blocks)[:37]
 
 
 @pytest.mark.parametrize("batch, seq", [(1, 1), (1, 3), (1, 7), (2, 5), (1, FEW_ROWS), (1, FEW_ROWS + 1), (3, 20)])
 def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
     from max.experimental.tensor import Tensor
 
-    compiled, arrays, q8_dense = layers
+    compiled, arrays, q8_dense, q4_dense = layers
     rng = np.random.default_rng(batch * 100 + seq)
     a = rng.standard_normal((batch, seq, 48)).astype(np.float32)
     b = rng.standard_normal((batch, seq, 128)).astype(np.float32)
-    got_f32, got_q8 = (t.to_numpy() for t in compiled(Tensor.from_dlpack(a), Tensor.from_dlpack(b)))
+    got_f32, got_q8, got_q4 = (t.to_numpy() for t in compiled(Tensor.from_dlpack(a), Tensor.from_dlpack(b)))
     want_f32 = a @ arrays["f32.weight"].T + arrays["f32.bias"]
     want_q8 = b @ q8_dense.T + arrays["q8.bias"]
-    assert got_f32.shape == got_q8.shape == (batch, seq, 37)
+    want_q4 = b @ q4_dense.T + arrays["q4.bias"]
+    assert got_f32.shape == got_q8.shape == got_q4.shape == (batch, seq, 37)
     assert np.abs(got_f32 - want_f32).max() <= 1e-4 * np.abs(want_f32).max()
-    # The Q8_0 kernel rounds the activations to 8 bits per block of 32 (as
-    # llama.cpp's q8_0 does), for any number of rows.
+    # The Q8_0 and Q4_0 kernels round the activations to 8 bits per block of
+    # 32 (as llama.cpp and MAX's Q4_0 kernel do), for any number of rows (Q4_0:
+    # this project's kernel for one row, MAX's for more).
     assert np.abs(got_q8 - want_q8).max() <= 0.01 * np.abs(want_q8).max()
+    assert np.abs(got_q4 - want_q4).max() <= 0.01 * np.abs(want_q4).max()
 
 
 def greedy_tokens(gpt2, prompt: np.ndarray, n: int) -> list[int]:
