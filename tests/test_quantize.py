@@ -86,22 +86,23 @@ def test_q6_k_is_more_precise_than_q4_0():
 @pytest.mark.filterwarnings("ignore:The eager interpreter failed")
 @pytest.mark.parametrize("encoding", sorted(ENCODINGS))
 def test_max_kernel_reads_our_blocks(encoding):
-    # MAX's qmatmul on our bytes equals x @ dequantize(W)^T, up to its own
-    # 8-bit rounding of the activations; 40 output rows are padded to 64.
+    # The layer on our bytes (q6_k: MAX's qmatmul; q4_0: model/kernels' op,
+    # MAX's own Q4_0 kernel for these 6 rows, on the blocks packed for it)
+    # equals x @ dequantize(W)^T, up to the 8-bit rounding of the
+    # activations; 40 output rows are padded to 64.
     from max.experimental import functional as F
     from max.experimental.tensor import Tensor
 
-    from model.quantize import quantized_linear
+    from model.quantize import quantized_arrays, quantized_linear
 
     fmt = ENCODINGS[encoding]
     rng = np.random.default_rng(3)
     weight = rng.standard_normal((40, SUPER)).astype(np.float32)
-    padded = np.concatenate([weight, np.zeros((24, SUPER), np.float32)])
     bias = rng.standard_normal(40).astype(np.float32)
     x = rng.standard_normal((2, 3, SUPER)).astype(np.float32)
     with F.lazy():
         layer = quantized_linear(encoding)(SUPER, 40)  # what the course's blocks get as `linear`
-    layer.load_state_dict({"weight": fmt.quantize(padded), "bias": bias})
+    layer.load_state_dict({**quantized_arrays(encoding, weight), "bias": bias})  # as quantize_state fills it
     got = layer(Tensor.from_dlpack(x)).to_numpy()
     want = x @ fmt.dequantize(fmt.quantize(weight)).T + bias
     assert got.shape == (2, 3, 40)
