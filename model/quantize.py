@@ -9,7 +9,12 @@ matmul returns int8 (it overflows) and ran at 1.5 GB/s. So the route is
 MAX's ``F.qmatmul``, whose CPU kernels read GGUF blocks directly. It
 supports Q4_0, Q4_K, Q6_K and GPTQ; these two have simple enough formats to
 write here in numpy (no extra dependency). MAX has no 8-bit kernel, so Q8_0
-runs on this project's own (model/kernels/matmul.mojo, see Q8_0 below):
+runs on this project's own (model/kernels/matmul.mojo, see Q8_0 below), and
+Q4_0 on an op of this project's (model/kernels/q4_0.mojo) over the layout
+MAX's Q4_0 kernel reads (``pack_q4_0``): its own prefetching kernel for one
+input row, MAX's for more, one op call per layer so MAX fuses the bias add
+into it (q4_0 decode ~190 -> ~265 tok/s against ``F.qmatmul``); q6_k stays
+on ``F.qmatmul``:
 
 Q8_0 (ggml's ``block_q8_0``, 8.5 bits a weight): every 32 consecutive
 weights share one float16 scale ``d = max|w| / 127``; a weight is
@@ -29,7 +34,8 @@ llama.cpp's q8_0 does, and takes input widths that are a multiple of 64.
 Q4_0 (ggml's ``block_q4_0``, 4.5 bits a weight): every 32 consecutive
 weights along the input dimension share one float16 scale ``d``; a weight
 is ``(q - 8) * d`` with a 4-bit code q. Bytes: d, then 16 bytes whose low
-nibbles hold weights 0..15 and high nibbles weights 16..31.
+nibbles hold weights 0..15 and high nibbles weights 16..31 (``quantize_q4_0``;
+the layer holds the same bytes reordered by ``pack_q4_0``).
 
 Q6_K (``block_q6_K``, 6.6 bits a weight, ~4x smaller error): 256 weights
 in 16 groups of 16, each group with an int8 scale, times one float16 ``d``
@@ -48,10 +54,11 @@ as the course's ``linear`` maker (steps 04, 07, 11), so the layers are
 quantized when they are constructed; ``quantize_state`` then turns the
 checkpoint's float32 arrays into blocks for exactly those layers.
 Layer norms, biases, position embeddings and activations stay float32.
-MAX's kernels also round the activations to 8 bits per block (Q8_0 / Q8_K),
+The kernels also round the activations to 8 bits per block (Q8_0 / Q8_K),
 as llama.cpp does. A layer whose input width is not a multiple of the block
-stays float32; output rows are padded with zeros to a multiple of 32 (the
-vocab, 50257, becomes 50272) and the padded logits are cut off.
+stays float32; Q4_0 / Q6_K output rows are padded with zeros to a multiple
+of 32 (the vocab, 50257, becomes 50272) and the padded logits are cut off
+(q6_k) or never written (q4_0's op).
 """
 
 from __future__ import annotations
@@ -386,8 +393,8 @@ def quantized_arrays(encoding: str, weight: np.ndarray) -> dict[str, np.ndarray]
 def quantize_state(specs: dict[str, list], state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``state`` (float32, weights [out, in]) with each quantized layer's
     weight (``quantized_specs``) replaced by its arrays: blocks (rows padded
-    to a multiple of 32) for q4_0 / q6_k, codes and scales in tiles of 8 rows
-    for q8_0."""
+    to a multiple of 32) for q6_k, the same packed for MAX's kernel
+    (``pack_q4_0``) for q4_0, codes and scales in tiles of 8 rows for q8_0."""
     out = dict(state)
     for name, (encoding, _) in specs.items():
         weight = np.asarray(state[name + ".weight"], dtype=np.float32)
