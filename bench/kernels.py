@@ -7,8 +7,10 @@ instead (12 x c_attn, attn c_proj, c_fc, mlp c_proj, and the LM head:
 
 Prints per row count: the fp32 kernel and MAX's ``x @ W.T`` (ms, GB/s of
 weights read, and the ratio), then the Q8_0 kernel on the same shapes
-(int8 codes + float16 scales in 8-row tiles, 61 MB), and each result's largest difference
-from numpy. ``--hot`` uses two weight matrices 12 times each, so the weights
+(int8 codes + float16 scales in 8-row tiles, 61 MB), the Q4_0 op
+(model/kernels/q4_0.mojo) and MAX's own Q4_0 kernel (``vroom_q4_0_matmul``,
+what F.qmatmul runs, here without its repack op) on the same packed blocks
+(32 MB) with their ratio, and each result's largest difference from numpy. ``--hot`` uses two weight matrices 12 times each, so the weights
 sit in the CPU's cache: a kernel as fast there as out of it is limited by
 its instructions, not by memory. This is where model/fast_linear.py's
 FEW_ROWS came from. (Above FEW_ROWS rows the fp32 op hands the product to
@@ -114,7 +116,7 @@ def timed(model, args, reps: int, warm_up_s: float = 0.5) -> float:
     return statistics.median(times)
 
 
-THEN = "_then"  # the suffix of --against's ops: few_rows_matmul_f32_then, few_rows_matmul_q8_0_then
+THEN = "_then"  # the suffix of --against's ops: few_rows_matmul_f32_then, few_rows_matmul_q8_0_then, ...
 
 
 def renamed(source: str) -> str:
