@@ -268,87 +268,71 @@ def quantized_linear_class():
 
 
 @functools.cache
-def q8_0_linear_class():
-    """``Q8_0Linear``, defined on first use (see ``quantized_linear_class``)."""
+def kernel_linear_classes():
+    """``(Q8_0Linear, Q4_0Linear)``, defined on first use (see
+    ``quantized_linear_class``): Linears whose product is one call of
+    model/kernels' op for any number of rows, so MAX fuses the bias add (and
+    gelu, the residual add) into it."""
     from max.dtype import DType
     from max.experimental import nn
     from max.experimental.tensor import Tensor
 
     from model.fast_linear import custom_matmul
 
-    class Q8_0Linear(nn.Module):
-        """A Linear whose weight is Q8_0 in tiles of 8 rows
-        (``interleave_q8_0``): ``weight`` int8 codes [tiles, in * 8],
-        ``scales`` float16 [tiles, in / 4]; y = x @ (codes * scales)^T + b,
-        one call of model/kernels' op for any number of rows (MAX fuses the
-        bias add into it)."""
+    class KernelLinear(nn.Module):
+        # Each kind sets: op (the model/kernels op), encoding, and arrays
+        # (what quantize_state fills, in the op's order; the bias stays float32).
 
-        encoding = "q8_0"
-        arrays = ("weight", "scales")  # what quantize_state fills: codes, scales
-
-        def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
+        def __init__(self, out_dim: int, bias: bool) -> None:
             super().__init__()
             self.out_features = out_dim
+            self.bias = Tensor.zeros([out_dim]) if bias else None
+            self.traced = Traced()
+
+        def forward(self, x):
+            self.traced.ran = True
+            y = custom_matmul(self.op, x, [getattr(self, name) for name in self.arrays], self.out_features)
+            return y if self.bias is None else y + self.bias
+
+    class Q8_0Linear(KernelLinear):
+        """Q8_0 in tiles of 8 rows (``interleave_q8_0``): ``weight`` int8
+        codes [tiles, in * 8], ``scales`` float16 [tiles, in / 4];
+        y = x @ (codes * scales)^T + b (model/kernels/matmul.mojo)."""
+
+        op, encoding, arrays = "few_rows_matmul_q8_0", "q8_0", ("weight", "scales")
+
+        def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
+            super().__init__(out_dim, bias)
             tiles = -(-out_dim // Q8_0_TILE)
             self.weight = Tensor.zeros([tiles, in_dim * Q8_0_TILE], dtype=DType.int8)
             self.scales = Tensor.zeros([tiles, in_dim * Q8_0_TILE // BLOCK], dtype=DType.float16)
-            self.bias = Tensor.zeros([out_dim]) if bias else None
-            self.traced = Traced()
 
-        def forward(self, x):
-            self.traced.ran = True
-            y = custom_matmul("few_rows_matmul_q8_0", x, [self.weight, self.scales], self.out_features)
-            return y if self.bias is None else y + self.bias
+    class Q4_0Linear(KernelLinear):
+        """Q4_0 blocks in MAX's packed layout (``pack_q4_0``): ``weight``
+        uint8 [out rounded up to 32, in / 32 * 18]; y = x @ dequantize(W)^T
+        + b (model/kernels/q4_0.mojo: its own kernel for one row, MAX's Q4_0
+        matmul for more); the padded rows are never outputs."""
 
-    return Q8_0Linear
-
-
-@functools.cache
-def q4_0_linear_class():
-    """``Q4_0Linear``, defined on first use (see ``quantized_linear_class``)."""
-    from max.dtype import DType
-    from max.experimental import nn
-    from max.experimental.tensor import Tensor
-
-    from model.fast_linear import custom_matmul
-
-    class Q4_0Linear(nn.Module):
-        """A Linear whose weight is Q4_0 blocks in MAX's packed layout
-        (``pack_q4_0``): ``weight`` uint8 [out rounded up to 32, in / 32 *
-        18]; y = x @ dequantize(W)^T + b, one call of model/kernels' op
-        (model/kernels/q4_0.mojo: its own kernel for one row, MAX's Q4_0
-        matmul for more), so MAX fuses the bias add (and gelu, the residual
-        add) into it, and the padded rows are never outputs."""
-
-        encoding = "q4_0"
-        arrays = ("weight",)  # what quantize_state fills (the bias stays float32)
+        op, encoding, arrays = "few_rows_matmul_q4_0", "q4_0", ("weight",)
 
         def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
-            super().__init__()
-            self.out_features = out_dim
+            super().__init__(out_dim, bias)
             self.weight = Tensor.zeros([padded_rows(out_dim), in_dim // BLOCK * BLOCK_BYTES], dtype=DType.uint8)
-            self.bias = Tensor.zeros([out_dim]) if bias else None
-            self.traced = Traced()
 
-        def forward(self, x):
-            self.traced.ran = True
-            y = custom_matmul("few_rows_matmul_q4_0", x, [self.weight], self.out_features)
-            return y if self.bias is None else y + self.bias
-
-    return Q4_0Linear
+    return Q8_0Linear, Q4_0Linear
 
 
 def quantized_linear(encoding: str):
     """A ``linear(in_dim, out_dim, bias=True)`` maker for the course's blocks:
-    a QuantizedLinear (Q8_0Linear for q8_0) where the input width fits the
+    a QuantizedLinear (Q8_0Linear / Q4_0Linear for q8_0 / q4_0) where the input width fits the
     format's blocks, else a float32 ``nn.Linear`` (GGUF block formats need
     whole blocks per row)."""
     from max.experimental import nn
 
     if encoding == "q8_0":  # the kernel takes two blocks per step (one 512-bit register of codes)
-        block, make = Q8_0_WIDTH_MULTIPLE, q8_0_linear_class()
+        block, make = Q8_0_WIDTH_MULTIPLE, kernel_linear_classes()[0]
     elif encoding == "q4_0":
-        block, make = BLOCK, q4_0_linear_class()
+        block, make = BLOCK, kernel_linear_classes()[1]
     else:
         block, QuantizedLinear = ENCODINGS[encoding].block, quantized_linear_class()
 
@@ -365,7 +349,7 @@ def quantized_linear(encoding: str):
 
 def quantized_layers(lm) -> list:
     """The quantized Linear layers of a built model, as (name, module)."""
-    kinds = (quantized_linear_class(), q8_0_linear_class(), q4_0_linear_class())
+    kinds = (quantized_linear_class(), *kernel_linear_classes())
     return [(name, m) for name, m in lm.descendants if isinstance(m, kinds)]
 
 

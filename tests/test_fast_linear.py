@@ -1,5 +1,5 @@
 """The app's own matmul kernels (model/kernels/matmul.mojo, used through
-model/fast_linear.py and model/quantize.py's Q8_0Linear): the same results as
+model/fast_linear.py and model/quantize.py's Q8_0Linear and Q4_0Linear): the same results as
 the course's nn.Linear / numpy, for few rows (the custom op) and many rows
 (MAX's matmul), awkward shapes included; and whole models built with them
 give the same tokens as models built from step 04's nn.Linear."""

@@ -100,6 +100,8 @@ struct FewRowsMatmulQ4_0:
         var N = y.dim_size(1)
         var padded = w.dim_size(0)
         var bp = w.unsafe_ptr()
+        if M == 0:
+            return
         if M > 1:  # a prompt: MAX's Q4_0 matmul into a scratch, then through y's fused store
             var c = alloc[Float32](M * padded)
             matmul_qint4[32](x.to_tile_tensor[DType.int64](), w.to_tile_tensor[DType.int64](),
