@@ -185,6 +185,15 @@ def tile_q8_0[R: Int, MB: Int](
                 y._fused_store[1, 2](IndexList[2](m0 + j, row), SIMD[F32, 1](acc.load[width=16]((i * MB + j) * 16).reduce_add()))
 
 
+@always_inline
+def q8_0_block(v: SIMD[F32, Q]) -> Tuple[SIMD[DType.int8, Q], Float32]:
+    """One block of 32 inputs as Q8_0, llama.cpp's rounding: the codes
+    round(v / d) and d = max|v| / 127."""
+    var top = abs(v).reduce_max()
+    var inv = 127.0 / top if top > 0 else Float32(0)
+    return (round(v * inv).cast[DType.int8](), top / 127.0)
+
+
 def prepare_inputs(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, Int8, _],
                    xs: UnsafePointer[mut=True, Float32, _], xc: UnsafePointer[mut=True, Int32, _], M: Int, K: Int):
     """x [M, K] float32 -> Q8_0 codes (xq [M, K] int8, d = max|x| / 127 per
@@ -192,11 +201,9 @@ def prepare_inputs(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, In
     its 8 lanes, xc -16 * (the block's codes summed) on its 8 lanes (the
     correction for the weights' +128: 8 lanes * 16 = 128)."""
     for blk in range(M * K // Q):
-        var v = xp.load[width=Q](blk * Q)
-        var top = abs(v).reduce_max()
-        var d = top / 127.0
-        var inv = 127.0 / top if top > 0 else Float32(0)
-        var codes = round(v * inv).cast[DType.int8]()
+        var block = q8_0_block(xp.load[width=Q](blk * Q))
+        var codes = block[0]
+        var d = block[1]
         xq.store(blk * Q, codes)
         var lane = (blk // 2) * 16 + (blk % 2) * 8
         xs.store(lane, SIMD[F32, 8](d))

@@ -35,7 +35,7 @@ from std.memory import alloc, bitcast
 from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
 
-from .matmul import F32, Q, TASKS, dot4
+from .matmul import F32, Q, TASKS, dot4, q8_0_block
 
 comptime BAND = 32  # output rows per band (MAX's layout)
 comptime GROUP_BYTES = 2 * BAND + BAND * Q // 2  # 576: 32 float16 scales, then 32 rows x 16 bytes of codes
@@ -129,13 +129,10 @@ struct FewRowsMatmulQ4_0:
         var xc = alloc[Int32](G)
         var xp = x.unsafe_ptr()
         for g in range(G):
-            var v = xp.load[width=Q](g * Q)
-            var top = abs(v).reduce_max()
-            var inv = 127.0 / top if top > 0 else Float32(0)
-            var codes = round(v * inv).cast[DType.int8]()
-            xq.store(g * Q, codes)
-            xd[g] = top / 127.0
-            xc[g] = -8 * codes.cast[DType.int32]().reduce_add()
+            var block = q8_0_block(xp.load[width=Q](g * Q))
+            xq.store(g * Q, block[0])
+            xd[g] = block[1]
+            xc[g] = -8 * block[0].cast[DType.int32]().reduce_add()
         var xw = xq.bitcast[Int32]()
         var bands = padded // BAND
 
