@@ -200,3 +200,18 @@ def test_kernels_against_renames_every_op_of_the_other_revision():
     assert re.findall(r'@extensibility\.register\("(\w+)"\)', other) == [op + THEN for op in ops]
     assert re.findall(r"^struct (\w+)", other, re.M) == [name + "Then" for name in structs]
     assert other.replace(THEN, "").replace("Then:", ":") == source
+
+
+def test_bandwidth_reads_with_numpy_and_with_a_compiled_max_graph(capsys):
+    # Its figures are not tested (speed lives in the bench); that both ways
+    # read the whole buffer and the bound is the best of them is.
+    from bench import bandwidth
+
+    assert bandwidth.main(["--gib", "0.01", "--threads", "2"]) == 0
+    out = capsys.readouterr().out
+    figures = {line.split(": ")[0]: float(line.split(": ")[1].split()[0])
+               for line in out.splitlines() if line.startswith("read bandwidth")}
+    assert set(figures) == {"read bandwidth, numpy sum, 1 thread", "read bandwidth, numpy sum, 2 threads",
+                            "read bandwidth, a compiled MAX reduction, every core"}
+    assert all(gbs > 0 for gbs in figures.values())
+    assert f"({max(figures.values()):.1f} GB/s)" in out
