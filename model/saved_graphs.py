@@ -31,7 +31,6 @@ import tempfile
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
-from model.fast_linear import KERNELS
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = "manifest.json"  # what MAX's MefStore writes beside the artifacts
@@ -67,9 +66,10 @@ def graph_name(impl: str, config, placement, options: dict) -> str:
 
 
 def sources(impl: str) -> list[Path]:
-    """The Python files a built graph can depend on."""
+    """The files a built graph can depend on: the model's Python, its Mojo
+    kernels (model/kernels) and the course's blocks."""
     course = ROOT / ("solutions" if impl == "solutions" else "steps")
-    return sorted([*(ROOT / "model").glob("*.py"), *(ROOT / "model" / KERNELS.name).glob("*.mojo"), *course.glob("*.py")])
+    return sorted([*(ROOT / "model").glob("*.py"), *(ROOT / "model").rglob("*.mojo"), *course.glob("*.py")])
 
 
 @dataclass
