@@ -204,7 +204,7 @@ def test_kernels_against_renames_every_op_of_the_other_revision():
 
 def test_bandwidth_reads_with_numpy_and_with_a_compiled_max_graph(capsys):
     # Its figures are not tested (speed lives in the bench); that both ways
-    # read the whole buffer and the bound is the best of them is.
+    # run and the bound printed is the best of them is.
     from bench import bandwidth
 
     assert bandwidth.main(["--gib", "0.01", "--threads", "2"]) == 0
