@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     from max.engine import InferenceSession
 
     from model.fast_linear import kernel_library
-    from model.quantize import (dequantize_q4_0, dequantize_q8_0, interleave_q8_0, pack_q4_0, padded_rows,
-                                quantize_q4_0, quantize_q8_0)
+    from model.quantize import (dequantize_q4_0, dequantize_q8_0, interleave_q8_0, pack_q4_0, quantize_q4_0,
+                                quantize_q8_0, with_padded_rows)
 
     rng = np.random.default_rng(0)
     distinct = 2 if args.hot else len(shapes)
@@ -196,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     session = InferenceSession(devices=[CPU()], custom_extensions=libraries)
     q8_arrays = [a for pair in q8 for a in interleave_q8_0(*pair)]
     f32_bytes, q8_bytes = sum(w.nbytes for w in dense), sum(c.nbytes + d.nbytes for c, d in q8)
-    q4 = [quantize_q4_0(np.concatenate([w, np.zeros((padded_rows(len(w)) - len(w), w.shape[1]), np.float32)]))
-          for w in dense]  # rows padded to MAX's bands of 32
+    q4 = [quantize_q4_0(with_padded_rows(w)) for w in dense]  # rows padded to MAX's bands of 32
     q4_arrays = [pack_q4_0(b) for b in q4]
     q4_bytes = sum(b.nbytes for b in q4)
     weights = {"f32": (dense, f32_bytes), "max": (dense, f32_bytes), "q8_0": (q8_arrays, q8_bytes),

@@ -223,6 +223,14 @@ def padded_rows(rows: int) -> int:
     return -(-rows // ROW_MULTIPLE) * ROW_MULTIPLE
 
 
+def with_padded_rows(weight: np.ndarray) -> np.ndarray:
+    """A float32 weight [out, in] with zero rows up to ``padded_rows(out)``."""
+    rows = weight.shape[0]
+    if padded_rows(rows) == rows:
+        return weight
+    return np.concatenate([weight, np.zeros((padded_rows(rows) - rows, weight.shape[1]), np.float32)])
+
+
 class Traced:
     """Whether a layer was traced into the graph (a holder MAX's module tree
     does not look inside). What the app reports as quantized is what ran."""
@@ -367,10 +375,7 @@ def quantized_arrays(encoding: str, weight: np.ndarray) -> dict[str, np.ndarray]
     if encoding == "q8_0":
         codes, scales = interleave_q8_0(*quantize_q8_0(weight))
         return {"weight": codes, "scales": scales}
-    rows = weight.shape[0]
-    if padded_rows(rows) != rows:
-        weight = np.concatenate([weight, np.zeros((padded_rows(rows) - rows, weight.shape[1]), np.float32)])
-    blocks = ENCODINGS[encoding].quantize(weight)
+    blocks = ENCODINGS[encoding].quantize(with_padded_rows(weight))
     return {"weight": pack_q4_0(blocks) if encoding == "q4_0" else blocks}
 
 
