@@ -5,7 +5,7 @@
 # [1, K] x [K, N] product tiles and packs W at run time and streamed GPT-2's
 # weights at ~11-15 GB/s here, where llama.cpp reaches 26-36 GB/s on the same
 # 2 cores. These kernels read W once, as it is stored ([N, K] for fp32, 8-row
-# tiles for Q8_0: below), each task a contiguous band of rows, 8 weight rows
+# tiles for Q8_0: below), each core taking chunks of rows in turn, 8 weight rows
 # x 1 input row per tile (decode); for a few input rows, the f32 op takes 3
 # weight rows x up to 8 input rows and the Q8_0 op 4 x 4, so every weight
 # vector loaded is used for every input row. For more than FEW_ROWS
@@ -39,6 +39,8 @@ from extensibility import InputTensor
 from extensibility import _FusedOutputTensor as FusedOutputTensor
 from builtin_kernels.linalg import MatmulCPU
 from max.algorithm import parallelize
+from std.atomic import Atomic
+from std.sys.info import num_logical_cores
 from max.gpu.host import DeviceContext
 from std.memory import alloc, bitcast, stack_allocation
 from std.sys import llvm_intrinsic
@@ -57,7 +59,19 @@ comptime Q = 32  # weights per Q8_0 block
 # vs 14.4 GB/s (8 more independent loads in flight per step); 12 and 16 were
 # no better.
 comptime ROWS = 8
-comptime TASKS = 8  # bands of rows (the runtime spreads them over the cores)
+comptime TASKS = 8  # bands of rows for a static split (q4_0.mojo's copy of a prompt's product)
+# The ops deal their rows to the cores a chunk at a time from a shared atomic
+# counter, one task per core, instead of 8 fixed bands: inside the model a
+# core that wakes late or reads slower then takes fewer chunks, where with
+# fixed bands every matmul waited for its slowest band. Intel Xeon, the
+# whole model against the 8 bands, alternated (`bench.profile_decode`, fresh
+# processes, 3-6 rounds): fp32 graph 21.4-22.2 vs 22.5-23.0 ms, q8_0
+# 7.97-8.19 vs 8.08-8.51, q4_0 4.30-4.44 vs 4.53-4.83. A chunk is kept at
+# ~25-100 KB of weights so the counter's ~0.1 us is noise (q4_0 with one
+# 14 KB band per take was 3-5% slower than the bands).
+comptime CHUNK = 32  # f32 one-row path: rows a core takes at a time
+comptime WIDE_CHUNK = 24  # f32 few-rows path: rows a core takes at a time (8 groups of WIDE_ROWS)
+comptime TILE_CHUNK = 8  # Q8_0 op: 8-row tiles a core takes at a time
 # More than one input row (f32): each group of WIDE_ROWS weight rows is
 # multiplied into up to WIDE input rows at once (3 x 8 accumulators + 3 weight
 # vectors fit the 32 registers), all the input rows before the next group, so
@@ -81,12 +95,6 @@ comptime WIDE = 8
 # (python -m bench.kernels: equal at 16 rows; at 32 MAX 1.3x faster in one
 # run, 0.9x in another).
 comptime FEW_ROWS = 16
-
-
-def band(N: Int, t: Int) -> Tuple[Int, Int]:
-    """Task t's rows [start, end): whole tiles of ROWS, the last band short."""
-    var per = ((N + TASKS - 1) // TASKS + ROWS - 1) // ROWS * ROWS
-    return (min(t * per, N), min(t * per + per, N))
 
 
 @always_inline
@@ -229,40 +237,51 @@ struct FewRowsMatmulF32:
         var xp = x.unsafe_ptr()
         var wp = w.unsafe_ptr()
 
-        def work(t: Int) {var M, var K, var N, var xp, var wp, var y}:
-            var rows = band(N, t)
-            var r = rows[0]
-            if M == 1:  # decode: 8 weight rows at a time, 8 streams in flight
-                while r + ROWS <= rows[1]:
-                    tile_f32[ROWS, 1](xp, wp, y, K, r, 0)
-                    r += ROWS
-            else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
-                while r + WIDE_ROWS <= rows[1]:
-                    var m = 0
-                    # The group's first tile also prefetches the next group's
-                    # rows: 6 weight rows in flight rather than 3.
-                    var pf = r + WIDE_ROWS if r + 2 * WIDE_ROWS <= rows[1] else -1
-                    while m + WIDE <= M:
-                        tile_f32[WIDE_ROWS, WIDE](xp, wp, y, K, r, m, pf)
-                        m += WIDE
-                        pf = -1
-                    if m + 4 <= M:
-                        tile_f32[WIDE_ROWS, 4](xp, wp, y, K, r, m, pf)
-                        m += 4
-                        pf = -1
-                    if m + 2 <= M:
-                        tile_f32[WIDE_ROWS, 2](xp, wp, y, K, r, m, pf)
-                        m += 2
-                        pf = -1
-                    if m < M:
-                        tile_f32[WIDE_ROWS, 1](xp, wp, y, K, r, m, pf)
-                    r += WIDE_ROWS
-            while r < rows[1]:  # the band's last rows, fewer than a tile
-                for m in range(M):
-                    tile_f32[1, 1](xp, wp, y, K, r, m)
-                r += 1
+        # Rows are dealt to the cores a chunk at a time from a shared counter,
+        # so a core that is late to start, or reads slower, takes fewer.
+        var chunk = CHUNK if M == 1 else WIDE_CHUNK
+        var taken = Atomic[Int64](0)
+        var next = UnsafePointer(to=taken)
+        var chunks = (N + chunk - 1) // chunk
 
-        parallelize(work, TASKS)
+        def work(t: Int) {var M, var K, var N, var xp, var wp, var y, var next, var chunks, var chunk}:
+            while True:
+                var c = Int(next[].fetch_add(1))
+                if c >= chunks:
+                    return
+                var r = c * chunk
+                var end = min(r + chunk, N)
+                if M == 1:  # decode: 8 weight rows at a time, 8 streams in flight
+                    while r + ROWS <= end:
+                        tile_f32[ROWS, 1](xp, wp, y, K, r, 0)
+                        r += ROWS
+                else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
+                    while r + WIDE_ROWS <= end:
+                        var m = 0
+                        # The group's first tile also prefetches the next group's
+                        # rows: 6 weight rows in flight rather than 3.
+                        var pf = r + WIDE_ROWS if r + 2 * WIDE_ROWS <= N else -1
+                        while m + WIDE <= M:
+                            tile_f32[WIDE_ROWS, WIDE](xp, wp, y, K, r, m, pf)
+                            m += WIDE
+                            pf = -1
+                        if m + 4 <= M:
+                            tile_f32[WIDE_ROWS, 4](xp, wp, y, K, r, m, pf)
+                            m += 4
+                            pf = -1
+                        if m + 2 <= M:
+                            tile_f32[WIDE_ROWS, 2](xp, wp, y, K, r, m, pf)
+                            m += 2
+                            pf = -1
+                        if m < M:
+                            tile_f32[WIDE_ROWS, 1](xp, wp, y, K, r, m, pf)
+                        r += WIDE_ROWS
+                while r < end:  # the last rows, fewer than a tile
+                    for m in range(M):
+                        tile_f32[1, 1](xp, wp, y, K, r, m)
+                    r += 1
+
+        parallelize(work, num_logical_cores())
 
 
 @extensibility.register("few_rows_matmul_q8_0")
@@ -286,19 +305,27 @@ struct FewRowsMatmulQ8_0:
         var xc = alloc[Int32](M * K // P * 16)
         prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
-        def work(task: Int) {var M, var K, var N, var tiles, var xq, var xs, var xc, var qp, var dp, var y}:
-            var per = (tiles + TASKS - 1) // TASKS
-            for t in range(task * per, min(task * per + per, tiles)):
-                var m = 0
-                while m + 4 <= M:
-                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
-                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, ROWS // 2, m)
-                    m += 4
-                while m < M:
-                    tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
-                    m += 1
+        var taken = Atomic[Int64](0)  # tiles dealt a chunk at a time, as in the f32 op
+        var next = UnsafePointer(to=taken)
+        var chunks = (tiles + TILE_CHUNK - 1) // TILE_CHUNK
 
-        parallelize(work, TASKS)
+        def work(task: Int) {var M, var K, var N, var tiles, var xq, var xs, var xc, var qp, var dp, var y,
+                             var next, var chunks}:
+            while True:
+                var c = Int(next[].fetch_add(1))
+                if c >= chunks:
+                    return
+                for t in range(c * TILE_CHUNK, min(c * TILE_CHUNK + TILE_CHUNK, tiles)):
+                    var m = 0
+                    while m + 4 <= M:
+                        tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
+                        tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, ROWS // 2, m)
+                        m += 4
+                    while m < M:
+                        tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
+                        m += 1
+
+        parallelize(work, num_logical_cores())
         xq.free()
         xs.free()
         xc.free()

@@ -31,13 +31,16 @@ from layout import TileTensor, row_major
 from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
 from quantization.qmatmul import matmul_qint4
+from std.atomic import Atomic
 from std.memory import alloc, bitcast
+from std.sys.info import num_logical_cores
 from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
 
 from .matmul import F32, Q, TASKS, dot4, q8_0_block
 
 comptime BAND = 32  # output rows per band (MAX's layout)
+comptime BAND_CHUNK = 4  # bands a core takes at a time
 comptime GROUP_BYTES = 2 * BAND + BAND * Q // 2  # 576: 32 float16 scales, then 32 rows x 16 bytes of codes
 # Groups ahead that a band prefetches its stream (the Q8_0 tiles' QPF, whose
 # 8 steps ahead are 4 KB; here 8 groups are 4.5 KB). Intel Xeon, a decode
@@ -136,12 +139,19 @@ struct FewRowsMatmulQ4_0:
         var xw = xq.bitcast[Int32]()
         var bands = padded // BAND
 
-        def work(t: Int) {var G, var N, var bands, var xw, var xd, var xc, var bp, var y}:
-            var per = (bands + TASKS - 1) // TASKS
-            for band in range(t * per, min(t * per + per, bands)):
-                band_q4_0(xw, xd, xc, bp, y, G, N, band)
+        var taken = Atomic[Int64](0)  # bands dealt BAND_CHUNK at a time, as in matmul.mojo's ops
+        var next = UnsafePointer(to=taken)
+        var chunks = (bands + BAND_CHUNK - 1) // BAND_CHUNK
 
-        parallelize(work, TASKS)
+        def work(t: Int) {var G, var N, var bands, var xw, var xd, var xc, var bp, var y, var next, var chunks}:
+            while True:
+                var c = Int(next[].fetch_add(1))
+                if c >= chunks:
+                    return
+                for band in range(c * BAND_CHUNK, min(c * BAND_CHUNK + BAND_CHUNK, bands)):
+                    band_q4_0(xw, xd, xc, bp, y, G, N, band)
+
+        parallelize(work, num_logical_cores())
         xq.free()
         xd.free()
         xc.free()
