@@ -12,7 +12,8 @@ weights read, and the ratio), then the Q8_0 kernel on the same shapes
 what F.qmatmul runs, here without its repack op) on the same packed blocks
 (32 MB) with their ratio, and each result's largest difference from numpy. ``--hot`` uses two weight matrices 12 times each, so the weights
 sit in the CPU's cache: a kernel as fast there as out of it is limited by
-its instructions, not by memory. This is where model/fast_linear.py's
+its instructions, not by memory. ``--chain`` feeds each matmul from the one
+before, as in the model, where independent ones may overlap. This is where model/fast_linear.py's
 FEW_ROWS came from. (Above FEW_ROWS rows the fp32 op hands the product to
 MAX's own matmul from inside itself, so there the two columns time the same
 kernel.)
@@ -42,15 +43,17 @@ SHAPES = [(3072, 768), (768, 3072)] * 12
 STEP_SHAPES = [(2304, 768), (768, 768), (3072, 768), (768, 3072)] * 12 + [(50257, 768)]
 
 
-def chained(x, outputs: list, in_dim: int):
+def chained(x, outputs: list, in_dim: int, chain: bool = False):
     """The next matmul's input: the previous output, scaled, when its width
-    is ``in_dim`` and it is not x's (c_fc feeds mlp c_proj), else x."""
-    if outputs and outputs[-1].shape[-1] == in_dim != x.shape[-1]:
-        return outputs[-1] * 0.01
+    is ``in_dim`` and it is not x's (c_fc feeds mlp c_proj), else x. With
+    ``chain``, always the previous output (its first ``in_dim`` columns), so
+    each matmul waits for the one before, as in the model."""
+    if outputs and (chain or outputs[-1].shape[-1] == in_dim != x.shape[-1]):
+        return outputs[-1][:, :in_dim] * 0.01
     return x
 
 
-def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None, libraries=None):
+def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None, libraries=None, chain: bool = False):
     """One graph of matmuls, each fed from the input (x, or the previous
     output scaled: ``chained``), every output returned so that none is
     dropped. ``kind``: "max" (``x @ W.T``) or the suffix of a
@@ -77,11 +80,11 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
                 weights.append(np.empty((out_dim, in_dim), np.float32))
     types = [TensorType(DType.float32, [rows, shapes[0][1]], device=cpu)]
     types += [TensorType(DType.from_numpy(a.dtype), list(a.shape), device=cpu) for a in weights]
-    with Graph(f"bench_{kind}", input_types=types, custom_extensions=libraries or [kernel_library()]) as g:
+    with Graph(f"bench_{kind}{'_chain' if chain else ''}", input_types=types, custom_extensions=libraries or [kernel_library()]) as g:
         x, *w = g.inputs
         outs = []
         for i, (out_dim, in_dim) in enumerate(shapes):
-            h = chained(x, outs, in_dim)
+            h = chained(x, outs, in_dim, chain)
             out_type = [TensorType(DType.float32, [rows, out_dim], device=cpu)]
             these = w[per * i:per * i + per]
             if kind == "max":
@@ -95,10 +98,10 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
     return g
 
 
-def reference(x: np.ndarray, dense: list[np.ndarray], shapes) -> list[np.ndarray]:
+def reference(x: np.ndarray, dense: list[np.ndarray], shapes, chain: bool = False) -> list[np.ndarray]:
     outs: list[np.ndarray] = []
     for (_, in_dim), w in zip(shapes, dense):
-        outs.append(chained(x, outs, in_dim) @ w.T)
+        outs.append(chained(x, outs, in_dim, chain) @ w.T)
     return outs
 
 
@@ -174,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--hot", action="store_true", help="two weight matrices used 12 times each: weights in cache")
     which.add_argument("--step", action="store_true",
                        help="a whole decode step's matmuls (attention, MLP, LM head) instead of the 24 MLP ones")
+    p.add_argument("--chain", action="store_true",
+                   help="feed each matmul from the one before (as in the model: each waits for the last), "
+                        "not from the input (independent matmuls, which MAX's runtime may overlap)")
     p.add_argument("--against", metavar="REV",
                    help="also time model/kernels as of git revision REV, alternated with this tree's")
     p.add_argument("--rounds", type=int, help="alternations of every kernel (default: 1, or 5 with --against)")
@@ -208,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     q4_dense = [dequantize_q4_0(b)[:len(w)] for b, w in zip(q4, dense)]
     exact = {"q8_0": q8_dense, "q4_0": q4_dense}
     what = "a decode step's 49 matmuls" if args.step else "24 MLP matmuls" + (" (weights in cache)" if args.hot else "")
+    what += ", each fed from the one before" if args.chain else ""
     print(f"GPT-2 124M's {what}; medians of {args.reps}" + (f", then of {rounds} alternated rounds" if rounds > 1 else ""))
     print(f"{'rows':>4} {'kernel fp32':>22} {'MAX x @ W.T':>22} {'ratio':>6} {'kernel q8_0':>22} "
           f"{'kernel q4_0':>22} {'MAX q4_0':>22} {'ratio':>6}  largest rel. diff")
@@ -215,12 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         x = rng.standard_normal((rows, shapes[0][1]), dtype=np.float32)
         models, inputs, diffs = {}, {}, {}
         for kind, (arrays, _) in weights.items():
-            models[kind] = session.load(graph(kind, rows, shapes, libraries=libraries))
+            models[kind] = session.load(graph(kind, rows, shapes, libraries=libraries, chain=args.chain))
             # MAX buffers, made once: handed numpy arrays, every call converts
             # each of them again, which added milliseconds to the figures.
             inputs[kind] = [Buffer.from_numpy(a) for a in (x, *arrays)]
             got = [t.to_numpy() for t in models[kind].execute(*inputs[kind])]
-            want = reference(x, exact.get(kind[:4], dense), shapes)
+            want = reference(x, exact.get(kind[:4], dense), shapes, args.chain)
             diffs[kind] = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want))
         times: dict[str, list[float]] = {kind: [] for kind in models}
         for _ in range(rounds):
@@ -240,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     print("(ratios: MAX's time / the kernel's, fp32 and q4_0; above 1 the kernel wins. q8_0 and q4_0 round the "
           "activations to 8 bits per block of 32, as llama.cpp and MAX's q4_0 kernel do: their difference from "
           "numpy's product with the dequantized weights is ~1e-2"
+          + (", more along a --chain" if args.chain else "")
           + ("; --against: the revision's time / this tree's, above 1 this tree is faster" if args.against else "") + ")")
     return 0
 

@@ -202,6 +202,24 @@ def test_kernels_against_renames_every_op_of_the_other_revision():
     assert other.replace(THEN, "").replace("Then:", ":") == source
 
 
+def test_arithmetic_peak_is_measured_on_one_core_and_on_every_core(capsys):
+    # The figures are not tested (speed lives in the bench); that the Mojo
+    # program builds with the wheel's compiler, runs on one core and on all,
+    # and that the bound printed follows from the best figure, is.
+    import os
+
+    from bench import arithmetic
+
+    assert arithmetic.main([]) == 0
+    out = capsys.readouterr().out
+    rates = {line.split(": ")[0]: float(line.split(": ")[1].split()[0])
+             for line in out.splitlines() if line.startswith("float32 multiply-adds")}
+    cores = os.cpu_count()
+    assert set(rates) == {"float32 multiply-adds, 1 core"} | ({f"float32 multiply-adds, {cores} cores"} if cores > 1 else set())
+    assert all(rate > 0 for rate in rates.values())
+    assert f"{arithmetic.PROMPT_16 / max(rates.values()) / 1e6:.1f} ms" in out
+
+
 def test_bandwidth_reads_with_numpy_and_with_a_compiled_max_graph(capsys):
     # Its figures are not tested (speed lives in the bench); that both ways
     # run and the bound printed is the best of them is.

@@ -1,0 +1,55 @@
+"""``python -m bench.arithmetic``: the cores' float32 multiply-add peak.
+
+The other limit beside ``bench.bandwidth``'s. A prompt of a few tokens does
+as many multiply-adds per weight read as it has rows, so from a few rows on
+it is bound by arithmetic, not by memory. This builds ``bench/arithmetic.mojo``
+(24 independent chains of AVX-512 FMAs per task, nothing read from memory)
+with the mojo compiler that ships in the max wheel, runs it on one core and
+on every core, and prints 10^9 multiply-adds a second for each, with what a
+GPT-2 124M prompt of 16 tokens needs at that peak.
+
+Why: on the Intel Xeon of issue 11 the README once read numpy's sgemm (159
+GFLOP/s on one thread, 237 on two) as "arithmetic does not scale to the
+second core"; this loop scales 2x there (~94 G a core), so a 16-row tile
+at 50-75 G uses well under half of the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("arithmetic.mojo")
+PROMPT_16 = 16 * 84_934_656  # GPT-2 124M's multiply-adds for 16 rows outside the LM head (its 12 blocks' matmuls)
+
+
+def peak() -> dict[int, float]:
+    """Task count -> 10^9 float32 multiply-adds a second (best of three)."""
+    from mojo.run import subprocess_run_mojo
+
+    with tempfile.TemporaryDirectory() as tmp:
+        binary = Path(tmp) / "arithmetic"
+        built = subprocess_run_mojo(["build", "-O3", str(SOURCE), "-o", str(binary)], capture_output=True, text=True)
+        if built.returncode != 0:
+            raise RuntimeError(f"{SOURCE.name} did not build:\n{built.stderr}")
+        ran = subprocess.run([str(binary)], capture_output=True, text=True, check=True)
+    return {int(tasks): float(rate) for tasks, rate, _ in (line.split() for line in ran.stdout.splitlines())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.arithmetic", description=__doc__.split("\n\n")[0])
+    p.parse_args(argv)
+    figures = peak()
+    for tasks, rate in figures.items():
+        print(f"float32 multiply-adds, {tasks} core{'s' if tasks > 1 else ''}: {rate:.1f} G/s")
+    best = max(figures.values())
+    print(f"=> GPT-2 124M's 16-token prompt ({PROMPT_16 / 1e9:.2f} G multiply-adds in its blocks) needs at least "
+          f"{PROMPT_16 / best / 1e6:.1f} ms of arithmetic at that peak")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
