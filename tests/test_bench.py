@@ -202,6 +202,34 @@ def test_kernels_against_renames_every_op_of_the_other_revision():
     assert other.replace(THEN, "").replace("Then:", ":") == source
 
 
+def test_kernels_chain_feeds_each_matmul_from_the_one_before():
+    # bench.kernels --chain: every matmul's input is the previous output (its
+    # first in_dim columns, scaled), so each waits for the one before; without
+    # it, only a width that x does not have (c_fc into mlp c_proj) is chained.
+    # The numpy reference follows the same rule as the graph.
+    import numpy as np
+
+    from bench.kernels import STEP_SHAPES, chained, reference
+
+    x = np.ones((1, 768), np.float32)
+    c_attn_out, c_fc_out = np.arange(2304.0)[None], np.arange(3072.0)[None]
+    assert chained(x, [], 768, chain=True) is x
+    assert chained(x, [c_attn_out], 768) is x
+    np.testing.assert_array_equal(chained(x, [c_attn_out], 768, chain=True), c_attn_out[:, :768] * 0.01)
+    np.testing.assert_array_equal(chained(x, [c_fc_out], 3072), c_fc_out * 0.01)
+    rng = np.random.default_rng(0)
+    shapes = STEP_SHAPES[:4]
+    dense = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+    h, want = x, []
+    for w in dense:
+        want.append(h[:, :w.shape[1]] @ w.T)
+        h = want[-1] * 0.01
+    for got, expected in zip(reference(x, dense, shapes, chain=True), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-5)
+    independent = reference(x, dense, shapes)
+    np.testing.assert_allclose(independent[1], x @ dense[1].T, rtol=1e-5)  # attn c_proj from x, not from c_attn
+
+
 def test_arithmetic_peak_is_measured_on_one_core_and_on_every_core(capsys):
     # The figures are not tested (speed lives in the bench); that the Mojo
     # program builds with the wheel's compiler, runs on one core and on all,
