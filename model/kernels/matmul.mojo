@@ -72,6 +72,25 @@ comptime TASKS = 8  # bands of rows for a static split (q4_0.mojo's copy of a pr
 comptime CHUNK = 32  # f32 one-row path: rows a core takes at a time
 comptime WIDE_CHUNK = 24  # f32 few-rows path: rows a core takes at a time (8 groups of WIDE_ROWS)
 comptime TILE_CHUNK = 8  # Q8_0 op: 8-row tiles a core takes at a time
+
+
+@always_inline
+def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, chunk: Int):
+    """body(start, end) over [0, items) in chunks of ``chunk``, one task per
+    core, each task taking the next chunk from a shared atomic counter."""
+    var taken = Atomic[Int64](0)
+    var next = UnsafePointer(to=taken)
+    var chunks = (items + chunk - 1) // chunk
+    var run = UnsafePointer(to=body)  # captured by address: a closure is not copyable
+
+    def work(t: Int) {var run, var next, var chunks, var chunk, var items}:
+        while True:
+            var c = Int(next[].fetch_add(1))
+            if c >= chunks:
+                return
+            run[](c * chunk, min(c * chunk + chunk, items))
+
+    parallelize(work, num_logical_cores())
 # More than one input row (f32): each group of WIDE_ROWS weight rows is
 # multiplied into up to WIDE input rows at once (3 x 8 accumulators + 3 weight
 # vectors fit the 32 registers), all the input rows before the next group, so
@@ -239,49 +258,39 @@ struct FewRowsMatmulF32:
 
         # Rows are dealt to the cores a chunk at a time from a shared counter,
         # so a core that is late to start, or reads slower, takes fewer.
-        var chunk = CHUNK if M == 1 else WIDE_CHUNK
-        var taken = Atomic[Int64](0)
-        var next = UnsafePointer(to=taken)
-        var chunks = (N + chunk - 1) // chunk
+        def rows(start: Int, end: Int) {var M, var K, var N, var xp, var wp, var y}:
+            var r = start
+            if M == 1:  # decode: 8 weight rows at a time, 8 streams in flight
+                while r + ROWS <= end:
+                    tile_f32[ROWS, 1](xp, wp, y, K, r, 0)
+                    r += ROWS
+            else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
+                while r + WIDE_ROWS <= end:
+                    var m = 0
+                    # The group's first tile also prefetches the next group's
+                    # rows: 6 weight rows in flight rather than 3.
+                    var pf = r + WIDE_ROWS if r + 2 * WIDE_ROWS <= N else -1
+                    while m + WIDE <= M:
+                        tile_f32[WIDE_ROWS, WIDE](xp, wp, y, K, r, m, pf)
+                        m += WIDE
+                        pf = -1
+                    if m + 4 <= M:
+                        tile_f32[WIDE_ROWS, 4](xp, wp, y, K, r, m, pf)
+                        m += 4
+                        pf = -1
+                    if m + 2 <= M:
+                        tile_f32[WIDE_ROWS, 2](xp, wp, y, K, r, m, pf)
+                        m += 2
+                        pf = -1
+                    if m < M:
+                        tile_f32[WIDE_ROWS, 1](xp, wp, y, K, r, m, pf)
+                    r += WIDE_ROWS
+            while r < end:  # the last rows, fewer than a tile
+                for m in range(M):
+                    tile_f32[1, 1](xp, wp, y, K, r, m)
+                r += 1
 
-        def work(t: Int) {var M, var K, var N, var xp, var wp, var y, var next, var chunks, var chunk}:
-            while True:
-                var c = Int(next[].fetch_add(1))
-                if c >= chunks:
-                    return
-                var r = c * chunk
-                var end = min(r + chunk, N)
-                if M == 1:  # decode: 8 weight rows at a time, 8 streams in flight
-                    while r + ROWS <= end:
-                        tile_f32[ROWS, 1](xp, wp, y, K, r, 0)
-                        r += ROWS
-                else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
-                    while r + WIDE_ROWS <= end:
-                        var m = 0
-                        # The group's first tile also prefetches the next group's
-                        # rows: 6 weight rows in flight rather than 3.
-                        var pf = r + WIDE_ROWS if r + 2 * WIDE_ROWS <= N else -1
-                        while m + WIDE <= M:
-                            tile_f32[WIDE_ROWS, WIDE](xp, wp, y, K, r, m, pf)
-                            m += WIDE
-                            pf = -1
-                        if m + 4 <= M:
-                            tile_f32[WIDE_ROWS, 4](xp, wp, y, K, r, m, pf)
-                            m += 4
-                            pf = -1
-                        if m + 2 <= M:
-                            tile_f32[WIDE_ROWS, 2](xp, wp, y, K, r, m, pf)
-                            m += 2
-                            pf = -1
-                        if m < M:
-                            tile_f32[WIDE_ROWS, 1](xp, wp, y, K, r, m, pf)
-                        r += WIDE_ROWS
-                while r < end:  # the last rows, fewer than a tile
-                    for m in range(M):
-                        tile_f32[1, 1](xp, wp, y, K, r, m)
-                    r += 1
-
-        parallelize(work, num_logical_cores())
+        deal(rows, N, CHUNK if M == 1 else WIDE_CHUNK)
 
 
 @extensibility.register("few_rows_matmul_q8_0")
@@ -305,27 +314,18 @@ struct FewRowsMatmulQ8_0:
         var xc = alloc[Int32](M * K // P * 16)
         prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
-        var taken = Atomic[Int64](0)  # tiles dealt a chunk at a time, as in the f32 op
-        var next = UnsafePointer(to=taken)
-        var chunks = (tiles + TILE_CHUNK - 1) // TILE_CHUNK
+        def work(start: Int, end: Int) {var M, var K, var N, var xq, var xs, var xc, var qp, var dp, var y}:
+            for t in range(start, end):
+                var m = 0
+                while m + 4 <= M:
+                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
+                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, ROWS // 2, m)
+                    m += 4
+                while m < M:
+                    tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
+                    m += 1
 
-        def work(task: Int) {var M, var K, var N, var tiles, var xq, var xs, var xc, var qp, var dp, var y,
-                             var next, var chunks}:
-            while True:
-                var c = Int(next[].fetch_add(1))
-                if c >= chunks:
-                    return
-                for t in range(c * TILE_CHUNK, min(c * TILE_CHUNK + TILE_CHUNK, tiles)):
-                    var m = 0
-                    while m + 4 <= M:
-                        tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
-                        tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, ROWS // 2, m)
-                        m += 4
-                    while m < M:
-                        tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
-                        m += 1
-
-        parallelize(work, num_logical_cores())
+        deal(work, tiles, TILE_CHUNK)  # tiles dealt a chunk at a time, as in the f32 op
         xq.free()
         xs.free()
         xc.free()

@@ -31,13 +31,11 @@ from layout import TileTensor, row_major
 from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
 from quantization.qmatmul import matmul_qint4
-from std.atomic import Atomic
 from std.memory import alloc, bitcast
-from std.sys.info import num_logical_cores
 from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
 
-from .matmul import F32, Q, TASKS, dot4, q8_0_block
+from .matmul import F32, Q, TASKS, deal, dot4, q8_0_block
 
 comptime BAND = 32  # output rows per band (MAX's layout)
 comptime BAND_CHUNK = 4  # bands a core takes at a time
@@ -139,19 +137,11 @@ struct FewRowsMatmulQ4_0:
         var xw = xq.bitcast[Int32]()
         var bands = padded // BAND
 
-        var taken = Atomic[Int64](0)  # bands dealt BAND_CHUNK at a time, as in matmul.mojo's ops
-        var next = UnsafePointer(to=taken)
-        var chunks = (bands + BAND_CHUNK - 1) // BAND_CHUNK
+        def work(start: Int, end: Int) {var G, var N, var xw, var xd, var xc, var bp, var y}:
+            for band in range(start, end):
+                band_q4_0(xw, xd, xc, bp, y, G, N, band)
 
-        def work(t: Int) {var G, var N, var bands, var xw, var xd, var xc, var bp, var y, var next, var chunks}:
-            while True:
-                var c = Int(next[].fetch_add(1))
-                if c >= chunks:
-                    return
-                for band in range(c * BAND_CHUNK, min(c * BAND_CHUNK + BAND_CHUNK, bands)):
-                    band_q4_0(xw, xd, xc, bp, y, G, N, band)
-
-        parallelize(work, num_logical_cores())
+        deal(work, bands, BAND_CHUNK)  # bands dealt BAND_CHUNK at a time, as in matmul.mojo's ops
         xq.free()
         xd.free()
         xc.free()
