@@ -17,10 +17,10 @@ at 50-75 G uses well under half of the cores.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from bench import mojo_program
 
 SOURCE = Path(__file__).with_name("arithmetic.mojo")
 PROMPT_16 = 16 * 84_934_656  # GPT-2 124M's multiply-adds for 16 rows outside the LM head (its 12 blocks' matmuls)
@@ -28,15 +28,8 @@ PROMPT_16 = 16 * 84_934_656  # GPT-2 124M's multiply-adds for 16 rows outside th
 
 def peak() -> dict[int, float]:
     """Task count -> 10^9 float32 multiply-adds a second (best of three)."""
-    from mojo.run import subprocess_run_mojo
-
-    with tempfile.TemporaryDirectory() as tmp:
-        binary = Path(tmp) / "arithmetic"
-        built = subprocess_run_mojo(["build", "-O3", str(SOURCE), "-o", str(binary)], capture_output=True, text=True)
-        if built.returncode != 0:
-            raise RuntimeError(f"{SOURCE.name} did not build:\n{built.stderr}")
-        ran = subprocess.run([str(binary)], capture_output=True, text=True, check=True)
-    return {int(tasks): float(rate) for tasks, rate, _ in (line.split() for line in ran.stdout.splitlines())}
+    out = mojo_program.run(SOURCE)
+    return {int(tasks): float(rate) for tasks, rate, _ in (line.split() for line in out.splitlines())}
 
 
 def main(argv: list[str] | None = None) -> int:

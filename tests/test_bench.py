@@ -248,6 +248,24 @@ def test_arithmetic_peak_is_measured_on_one_core_and_on_every_core(capsys):
     assert f"{arithmetic.PROMPT_16 / max(rates.values()) / 1e6:.1f} ms" in out
 
 
+def test_sections_times_the_same_bytes_as_one_section_as_49_and_with_spinning_barriers(capsys):
+    # The figures are not tested (speed lives in the bench); that the Mojo
+    # program builds and runs, reads a decode step's 49 matmuls' bytes, and
+    # that the per-boundary costs printed follow from its times, is.
+    import re
+
+    from bench import sections
+
+    assert sections.main(["--passes", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "(GPT-2 124M's 49 matmuls, 494 MB)" in out  # 123,532,032 float32 weights: the blocks' matmuls and the head
+    one = float(re.search(r"one parallel section: +([\d.]+) ms", out).group(1))
+    for what in ("one section per matmul \\(MAX's runtime\\):", "one section, spinning barriers between:"):
+        ms, per = re.search(what + r" +([\d.]+) ms: ([+-][\d.]+) us a boundary", out).groups()
+        assert abs((float(ms) - one) * 1e3 / 48 - float(per)) < 0.2  # rounding of the printed ms
+    assert float(re.search(r"empty parallel section, back to back: +([\d.]+) us", out).group(1)) > 0
+
+
 def test_bandwidth_reads_with_numpy_and_with_a_compiled_max_graph(capsys):
     # Its figures are not tested (speed lives in the bench); that both ways
     # run and the bound printed is the best of them is.
