@@ -110,10 +110,13 @@ def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, 
 # 43.8 vs 48.8 (1.11x); prefetching two groups ahead was no better.
 comptime WIDE_ROWS = 3
 comptime WIDE = 8
-# Input rows up to which the f32 op runs its own tiles; above, MAX's matmul
-# (python -m bench.kernels: equal at 16 rows; at 32 MAX 1.3x faster in one
-# run, 0.9x in another).
-comptime FEW_ROWS = 16
+# Input rows up to which the f32 op runs its own tiles; above, MAX's matmul.
+# Intel Xeon, a decode step's 49 matmuls (python -m bench.kernels --step
+# --rows 12 16, 3 rounds): the tiles equal to MAX's at 12 rows (37.2 vs 37.6
+# ms), MAX 8% faster at 16 (39.7 vs 43.0); the whole model's 16-token prompt,
+# 8 alternated rounds of fresh processes: 36.7 ms median with 12 here vs
+# 37.9 with 16 (38.8 before the register order of tile_f32 below).
+comptime FEW_ROWS = 12
 
 
 @always_inline
@@ -126,6 +129,7 @@ def tile_f32[R: Int, MB: Int](
     Results go through y's fused store: the epilogue MAX fused in, if any.
     pf >= 0: also prefetch W rows pf..pf+R (the next tile's) as it goes."""
     var acc = stack_allocation[R * MB * V, Float32]()
+    var wv = stack_allocation[R * V, Float32]()
     comptime for a in range(R * MB):
         acc.store(a * V, SIMD[F32, V](0))
     var kv = K - K % V
@@ -133,11 +137,21 @@ def tile_f32[R: Int, MB: Int](
         if pf >= 0:
             comptime for i in range(R):
                 prefetch[PrefetchOptions().for_read().high_locality()](wp + (pf + i) * K + k)
+        # The R weight vectors first, then each input vector once against all
+        # of them: R + 1 + R * MB registers (28 for 3 x 8). Loading one weight
+        # vector at a time against every input instead let the compiler hold
+        # all MB input vectors (R * MB + MB + 1 = 33 for 3 x 8): two
+        # accumulators spilled and ~30 register moves a step (objdump of a
+        # standalone copy). A decode step's 49 matmuls at 16 rows, 4
+        # alternated rounds (bench.kernels --step --against): 41.2 vs 42.6
+        # ms (1.04x, ranges apart); 1 and 8 rows equal.
         comptime for i in range(R):
-            var wv = wp.load[width=V]((r + i) * K + k)
-            comptime for j in range(MB):
+            wv.store(i * V, wp.load[width=V]((r + i) * K + k))
+        comptime for j in range(MB):
+            var xv = xp.load[width=V]((m0 + j) * K + k)
+            comptime for i in range(R):
                 var a = (i * MB + j) * V
-                acc.store(a, wv.fma(xp.load[width=V]((m0 + j) * K + k), acc.load[width=V](a)))
+                acc.store(a, wv.load[width=V](i * V).fma(xv, acc.load[width=V](a)))
     comptime for i in range(R):
         comptime for j in range(MB):
             var s = acc.load[width=V]((i * MB + j) * V).reduce_add()
