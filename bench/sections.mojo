@@ -2,9 +2,10 @@
 #
 # A decode step runs one parallel section per matmul (49 for GPT-2 124M),
 # each waiting for the one before. This reads the same bytes as a decode
-# step's float32 weights (GPT-2 124M's matmul shapes, 498 MB) with a plain
+# step's float32 weights (GPT-2 124M's matmul shapes, 494 MB) with a plain
 # vector loop, dealt to every core in 96 KB chunks from an atomic counter
-# (as model/kernels/matmul.mojo's ops deal their rows), three ways:
+# (as model/kernels/matmul.mojo's ops deal their rows), three ways, and
+# times an empty section:
 #   empty  an empty section (every core's task does nothing), back to back;
 #   one    all the bytes in one section;
 #   split  the same bytes as 49 sections, one per matmul, in order;
@@ -41,20 +42,32 @@ def read(p: UnsafePointer[Float32, _], n: Int) -> Float32:
     return (a0 + a1 + a2 + a3).reduce_add()
 
 
+def read_chunks(
+    buf: UnsafePointer[Float32, _], n: Int, taken: UnsafePointer[mut=True, Atomic[Int64], _],
+    done: UnsafePointer[mut=True, Atomic[Int64], _],
+) -> Float32:
+    """Reads the chunks of buf[0:n] that this core takes from the counter
+    ``taken`` until none is left, counting each one read in ``done``: the
+    same work in every form, so only the boundaries differ."""
+    var s = Float32(0)
+    var chunks = (n + CHUNK - 1) // CHUNK
+    while True:
+        var c = Int(taken[].fetch_add(1))
+        if c >= chunks:
+            return s
+        s += read(buf + c * CHUNK, min(CHUNK, n - c * CHUNK))
+        _ = done[].fetch_add(1)
+
+
 def section(buf: UnsafePointer[Float32, _], n: Int, sums: UnsafePointer[mut=True, Float32, _]):
     """One parallel section reading buf[0:n], chunks dealt from a counter."""
-    var chunks = (n + CHUNK - 1) // CHUNK
     var taken = Atomic[Int64](0)
-    var next = UnsafePointer(to=taken)
+    var done = Atomic[Int64](0)
+    var tp = UnsafePointer(to=taken)
+    var dp = UnsafePointer(to=done)
 
-    def work(t: Int) {var buf, var n, var sums, var chunks, var next}:
-        var s = Float32(0)
-        while True:
-            var c = Int(next[].fetch_add(1))
-            if c >= chunks:
-                break
-            s += read(buf + c * CHUNK, min(CHUNK, n - c * CHUNK))
-        sums[t] += s
+    def work(t: Int) {var buf, var n, var sums, var tp, var dp}:
+        sums[t] += read_chunks(buf, n, tp, dp)
 
     parallelize(work, num_logical_cores())
 
@@ -78,14 +91,8 @@ def spinning(buf: UnsafePointer[Float32, _], sizes: List[Int], sums: UnsafePoint
         var at = 0
         for j in range(m):
             var n = sp[j]
-            var chunks = (n + CHUNK - 1) // CHUNK
-            while True:
-                var c = Int(taken[j].fetch_add(1))
-                if c >= chunks:
-                    break
-                s += read(buf + at + c * CHUNK, min(CHUNK, n - c * CHUNK))
-                _ = done[j].fetch_add(1)
-            while Int(done[j].load()) < chunks:  # the barrier: spin
+            s += read_chunks(buf + at, n, taken + j, done + j)
+            while Int(done[j].load()) < (n + CHUNK - 1) // CHUNK:  # the barrier: spin
                 pass
             at += n
         sums[t] += s
@@ -132,7 +139,7 @@ def main() raises:
     var one = List[Float64]()
     var split = List[Float64]()
     var spin = List[Float64]()
-    for _ in range(passes):  # alternated, so that drift hits both alike
+    for _ in range(passes):  # alternated, so that drift hits the three alike
         var start = perf_counter_ns()
         section(buf, n, sums)
         one.append(Float64(perf_counter_ns() - start) / 1e6)
