@@ -13,8 +13,12 @@ what F.qmatmul runs, here without its repack op) on the same packed blocks
 (32 MB) with their ratio, and each result's largest difference from numpy. ``--hot`` uses two weight matrices 12 times each, so the weights
 sit in the CPU's cache: a kernel as fast there as out of it is limited by
 its instructions, not by memory. ``--chain`` feeds each matmul from the one
-before, as in the model, where independent ones may overlap. This is where model/fast_linear.py's
-FEW_ROWS came from. (Above FEW_ROWS rows the fp32 op hands the product to
+before, as in the model, where independent ones may overlap. ``--epilogue``
+adds a bias to every product and gelu to c_fc's, as in the model, where MAX
+fuses them into the op: how the op stores its results then counts (stored
+one by one, 48 matmuls at 12 rows took 2.5 ms longer with them than
+without). This, with the whole model's prompt, is where
+model/fast_linear.py's FEW_ROWS came from. (Above FEW_ROWS rows the fp32 op hands the product to
 MAX's own matmul from inside itself, so there the two columns time the same
 kernel.)
 
@@ -53,13 +57,22 @@ def chained(x, outputs: list, in_dim: int, chain: bool = False):
     return x
 
 
-def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None, libraries=None, chain: bool = False):
+def gelu(y: np.ndarray) -> np.ndarray:
+    """GPT-2's gelu (the tanh form), as ``ops.gelu(approximate="tanh")``."""
+    return 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y ** 3)))
+
+
+def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None, libraries=None, chain: bool = False,
+          epilogue: bool = False):
     """One graph of matmuls, each fed from the input (x, or the previous
     output scaled: ``chained``), every output returned so that none is
     dropped. ``kind``: "max" (``x @ W.T``) or the suffix of a
     ``few_rows_matmul_*`` op, whose weight arrays (one, or two for Q8_0
     codes and scales) are typed from ``weights`` when given; ``libraries``:
-    the custom-op libraries (default: model/kernels')."""
+    the custom-op libraries (default: model/kernels'). ``epilogue``: each
+    product + a bias (one more input per matmul, after the weights), then
+    gelu where the matmul widens 4x (c_fc), as in the model, where MAX fuses
+    both into the matmul's op."""
     from max.dtype import DType
     from max.graph import DeviceRef, Graph, TensorType, ops
 
@@ -80,8 +93,12 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
                 weights.append(np.empty((out_dim, in_dim), np.float32))
     types = [TensorType(DType.float32, [rows, shapes[0][1]], device=cpu)]
     types += [TensorType(DType.from_numpy(a.dtype), list(a.shape), device=cpu) for a in weights]
-    with Graph(f"bench_{kind}{'_chain' if chain else ''}", input_types=types, custom_extensions=libraries or [kernel_library()]) as g:
+    if epilogue:
+        types += [TensorType(DType.float32, [out_dim], device=cpu) for out_dim, _ in shapes]
+    name = f"bench_{kind}{'_chain' if chain else ''}{'_epilogue' if epilogue else ''}"
+    with Graph(name, input_types=types, custom_extensions=libraries or [kernel_library()]) as g:
         x, *w = g.inputs
+        w, biases = w[:len(weights)], w[len(weights):]
         outs = []
         for i, (out_dim, in_dim) in enumerate(shapes):
             h = chained(x, outs, in_dim, chain)
@@ -94,14 +111,23 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
                 outs.append(ops.custom("vroom_q4_0_matmul", cpu, [h, *these], padded)[0][:, :out_dim])
             else:
                 outs.append(ops.custom(f"few_rows_matmul_{kind}", cpu, [h, *these], out_type)[0])
+            if epilogue:
+                outs[-1] = outs[-1] + biases[i]
+                if out_dim == 4 * in_dim:
+                    outs[-1] = ops.gelu(outs[-1], approximate="tanh")
         g.output(*outs)
     return g
 
 
-def reference(x: np.ndarray, dense: list[np.ndarray], shapes, chain: bool = False) -> list[np.ndarray]:
+def reference(x: np.ndarray, dense: list[np.ndarray], shapes, chain: bool = False,
+              biases: list[np.ndarray] | None = None) -> list[np.ndarray]:
     outs: list[np.ndarray] = []
-    for (_, in_dim), w in zip(shapes, dense):
+    for i, ((out_dim, in_dim), w) in enumerate(zip(shapes, dense)):
         outs.append(chained(x, outs, in_dim, chain) @ w.T)
+        if biases is not None:
+            outs[-1] = outs[-1] + biases[i]
+            if out_dim == 4 * in_dim:
+                outs[-1] = gelu(outs[-1])
     return outs
 
 
@@ -180,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chain", action="store_true",
                    help="feed each matmul from the one before (as in the model: each waits for the last), "
                         "not from the input (independent matmuls, which MAX's runtime may overlap)")
+    p.add_argument("--epilogue", action="store_true",
+                   help="add a bias to every product and gelu to c_fc's, as the model does (MAX fuses them into "
+                        "the matmul's op, which then stores through them)")
     p.add_argument("--against", metavar="REV",
                    help="also time model/kernels as of git revision REV, alternated with this tree's")
     p.add_argument("--rounds", type=int, help="alternations of every kernel (default: 1, or 5 with --against)")
@@ -197,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     distinct = 2 if args.hot else len(shapes)
     made = [rng.standard_normal(s, dtype=np.float32) for s in shapes[:distinct]]
     dense = [made[i % distinct] for i in range(len(shapes))]
+    biases = [rng.standard_normal(s[0], dtype=np.float32) for s in shapes] if args.epilogue else None
     q8 = [quantize_q8_0(w) for w in dense]
     libraries = [kernel_library()] + ([library_at(args.against)] if args.against else [])
     session = InferenceSession(devices=[CPU()], custom_extensions=libraries)
@@ -215,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     exact = {"q8_0": q8_dense, "q4_0": q4_dense}
     what = "a decode step's 49 matmuls" if args.step else "24 MLP matmuls" + (" (weights in cache)" if args.hot else "")
     what += ", each fed from the one before" if args.chain else ""
+    what += ", each + a bias (and c_fc's gelu)" if args.epilogue else ""
     print(f"GPT-2 124M's {what}; medians of {args.reps}" + (f", then of {rounds} alternated rounds" if rounds > 1 else ""))
     print(f"{'rows':>4} {'kernel fp32':>22} {'MAX x @ W.T':>22} {'ratio':>6} {'kernel q8_0':>22} "
           f"{'kernel q4_0':>22} {'MAX q4_0':>22} {'ratio':>6}  largest rel. diff")
@@ -222,12 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         x = rng.standard_normal((rows, shapes[0][1]), dtype=np.float32)
         models, inputs, diffs = {}, {}, {}
         for kind, (arrays, _) in weights.items():
-            models[kind] = session.load(graph(kind, rows, shapes, libraries=libraries, chain=args.chain))
+            models[kind] = session.load(graph(kind, rows, shapes, libraries=libraries, chain=args.chain,
+                                              epilogue=args.epilogue))
             # MAX buffers, made once: handed numpy arrays, every call converts
             # each of them again, which added milliseconds to the figures.
-            inputs[kind] = [Buffer.from_numpy(a) for a in (x, *arrays)]
+            inputs[kind] = [Buffer.from_numpy(a) for a in (x, *arrays, *(biases or []))]
             got = [t.to_numpy() for t in models[kind].execute(*inputs[kind])]
-            want = reference(x, exact.get(kind[:4], dense), shapes, args.chain)
+            want = reference(x, exact.get(kind[:4], dense), shapes, args.chain, biases)
             diffs[kind] = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want))
         times: dict[str, list[float]] = {kind: [] for kind in models}
         for _ in range(rounds):

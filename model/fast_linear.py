@@ -43,7 +43,7 @@ from pathlib import Path
 
 KERNELS = Path(__file__).resolve().parent / "kernels"  # the Mojo package: kernel_library() compiles it (~2 s)
 LINEARS = ("course", "custom")  # load_gpt2's linear= / --linear: step 04's nn.Linear, or this file's
-FEW_ROWS = 12  # the kernels' own FEW_ROWS (matmul.mojo): python -m bench.kernels --step, equal at 12 rows, MAX ahead at 16
+FEW_ROWS = 16  # the kernels' own FEW_ROWS (matmul.mojo)
 
 
 def custom_matmul(name: str, x, weights: list, out_dim: int):

@@ -230,6 +230,28 @@ def test_kernels_chain_feeds_each_matmul_from_the_one_before():
     np.testing.assert_allclose(independent[1], x @ dense[1].T, rtol=1e-5)  # attn c_proj from x, not from c_attn
 
 
+def test_kernels_epilogue_adds_each_bias_and_gelu_only_after_c_fc():
+    # bench.kernels --epilogue: as in the model, each product + its bias, and
+    # gelu (tanh form) only where the matmul widens 4x (c_fc); the numpy
+    # reference the graph's results are checked against follows that rule.
+    import numpy as np
+
+    from bench.kernels import STEP_SHAPES, gelu, reference
+
+    rng = np.random.default_rng(0)
+    shapes = STEP_SHAPES[:4]  # c_attn, attn c_proj, c_fc, mlp c_proj
+    dense = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+    biases = [rng.standard_normal(s[0], dtype=np.float32) for s in shapes]
+    x = rng.standard_normal((2, 768), dtype=np.float32)
+    plain = reference(x, dense, shapes)
+    got = reference(x, dense, shapes, biases=biases)
+    for i in (0, 1):
+        np.testing.assert_allclose(got[i], plain[i] + biases[i], rtol=1e-6)
+    np.testing.assert_allclose(got[2], gelu(plain[2] + biases[2]), rtol=1e-6)
+    np.testing.assert_allclose(got[3], (got[2] * 0.01) @ dense[3].T + biases[3], rtol=1e-5)  # fed from c_fc's gelu
+    assert np.isclose(gelu(np.float32(1.0)), 0.841192, atol=1e-6) and gelu(np.float32(0.0)) == 0
+
+
 def test_arithmetic_peak_is_measured_on_one_core_and_on_every_core(capsys):
     # The figures are not tested (speed lives in the bench); that the Mojo
     # program builds with the wheel's compiler, runs on one core and on all,

@@ -71,6 +71,7 @@ comptime TASKS = 8  # bands of rows for a static split (q4_0.mojo's copy of a pr
 # 14 KB band per take was 3-5% slower than the bands).
 comptime CHUNK = 32  # f32 one-row path: rows a core takes at a time
 comptime WIDE_CHUNK = 24  # f32 few-rows path: rows a core takes at a time (8 groups of WIDE_ROWS)
+comptime OUT = 32  # columns of a chunk's output buffer: max(CHUNK, WIDE_CHUNK)
 comptime TILE_CHUNK = 8  # Q8_0 op: 8-row tiles a core takes at a time
 
 
@@ -111,22 +112,25 @@ def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, 
 comptime WIDE_ROWS = 3
 comptime WIDE = 8
 # Input rows up to which the f32 op runs its own tiles; above, MAX's matmul.
-# Intel Xeon, a decode step's 49 matmuls (python -m bench.kernels --step
-# --rows 12 16, 3 rounds): the tiles equal to MAX's at 12 rows (37.2 vs 37.6
-# ms), MAX 8% faster at 16 (39.7 vs 43.0); the whole model's 16-token prompt,
-# 8 alternated rounds of fresh processes: 36.7 ms median with 12 here vs
-# 37.9 with 16 (38.8 before the register order of tile_f32 below).
-comptime FEW_ROWS = 12
+# Intel Xeon, with flush() storing vectors: a decode step's 49 matmuls with
+# their bias adds and gelus (bench.kernels --step --epilogue, 3 rounds) at
+# 16 rows, the tiles 36.61 ms against MAX's 38.22; the whole model's prompt
+# (fresh processes, 6 alternated rounds, medians), 16 here against 12 and
+# each sum stored alone before: 16 tokens 32.9 vs 37.0 ms, 12 tokens 29.8 vs
+# 33.0. With each sum stored alone, 12 had been best (16-token prompt 36.7
+# ms median with 12 vs 37.9 with 16).
+comptime FEW_ROWS = 16
 
 
 @always_inline
 def tile_f32[R: Int, MB: Int](
-    xp: UnsafePointer[Float32, _], wp: UnsafePointer[Float32, _], y: FusedOutputTensor[dtype=F32, rank=2, ...],
+    xp: UnsafePointer[Float32, _], wp: UnsafePointer[Float32, _], o: UnsafePointer[mut=True, Float32, _],
     K: Int, r: Int, m0: Int, pf: Int = -1,
 ):
     """y[m0:m0+MB, r:r+R] from W rows r..r+R: each W vector is loaded once
     and multiplied into MB accumulators (kept in registers once unrolled).
-    Results go through y's fused store: the epilogue MAX fused in, if any.
+    The results go to o (row m at o + m * OUT, column r at o + r): the
+    chunk's buffer, which flush() hands to y's fused store.
     pf >= 0: also prefetch W rows pf..pf+R (the next tile's) as it goes."""
     var acc = stack_allocation[R * MB * V, Float32]()
     var wv = stack_allocation[R * V, Float32]()
@@ -157,7 +161,33 @@ def tile_f32[R: Int, MB: Int](
             var s = acc.load[width=V]((i * MB + j) * V).reduce_add()
             for k in range(kv, K):  # a width that is not a multiple of V
                 s += wp.load((r + i) * K + k) * xp.load((m0 + j) * K + k)
-            y._fused_store[1, 2](IndexList[2](m0 + j, r + i), SIMD[F32, 1](s))
+            o.store((m0 + j) * OUT + r + i, s)
+
+
+@always_inline
+def flush(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePointer[Float32, _], M: Int, start: Int, end: Int):
+    """y[0:M, start:end] from the chunk's buffer o (as tile_f32 wrote it),
+    through y's fused store, 16 or 8 columns at a time: so the epilogue MAX
+    fused in (the bias add, c_fc's gelu) runs on vectors. Storing each sum
+    as it was made ran that epilogue one value at a time: the layers' attn
+    c_proj, c_fc and mlp c_proj at 12 rows in one graph (scratch) took 18.50
+    ms with their bias adds and gelus against 15.95 without them; now 16.40
+    vs 16.33. A decode step's 49 matmuls with them (python -m bench.kernels
+    --step --epilogue --against, 3 rounds): 12 rows 35.16 vs 37.55 ms, 1 row
+    19.94 vs 20.07; the Q8_0 op (its tiles' vector stores) 17.87 vs 18.75
+    at 12 rows, 6.62 vs 6.27 at 1 (its range 6.15-6.77 vs 5.65-6.27; the
+    unchanged Q4_0 op read 0.93-1.07x apart in the same runs)."""
+    for m in range(M):
+        var c = start
+        while c + 16 <= end:
+            y._fused_store[16, 2](IndexList[2](m, c), o.load[width=16](m * OUT + c))
+            c += 16
+        while c + 8 <= end:
+            y._fused_store[8, 2](IndexList[2](m, c), o.load[width=8](m * OUT + c))
+            c += 8
+        while c < end:
+            y._fused_store[1, 2](IndexList[2](m, c), o.load[width=1](m * OUT + c))
+            c += 1
 
 
 # Steps ahead that a Q8_0 tile prefetches its own stream (0: none). Why: a
@@ -219,11 +249,19 @@ def tile_q8_0[R: Int, MB: Int](
                 var dots = dot4(xc.load[width=16](lane), w, xq.load[width=P]((m0 + j) * K + p * P))
                 var a = (i * MB + j) * 16
                 acc.store(a, dots.cast[F32]().fma(dw * xs.load[width=16](lane), acc.load[width=16](a)))
-    comptime for i in range(R):
-        var row = t * ROWS + i0 + i
-        if row < N:  # the last tile's padding rows are not outputs
-            comptime for j in range(MB):
-                y._fused_store[1, 2](IndexList[2](m0 + j, row), SIMD[F32, 1](acc.load[width=16]((i * MB + j) * 16).reduce_add()))
+    # Each input row's R sums as one vector through y's fused store, so the
+    # epilogue MAX fused in runs on vectors (see flush()); the last tile's
+    # padding rows are not outputs.
+    var row = t * ROWS + i0
+    comptime for j in range(MB):
+        var v = SIMD[F32, R](0)
+        comptime for i in range(R):
+            v[i] = acc.load[width=16]((i * MB + j) * 16).reduce_add()
+        if row + R <= N:
+            y._fused_store[R, 2](IndexList[2](m0 + j, row), v)
+        else:
+            for i in range(N - row):
+                y._fused_store[1, 2](IndexList[2](m0 + j, row + i), SIMD[F32, 1](v[i]))
 
 
 @always_inline
@@ -273,10 +311,12 @@ struct FewRowsMatmulF32:
         # Rows are dealt to the cores a chunk at a time from a shared counter,
         # so a core that is late to start, or reads slower, takes fewer.
         def rows(start: Int, end: Int) {var M, var K, var N, var xp, var wp, var y}:
+            var buf = stack_allocation[FEW_ROWS * OUT, Float32]()
+            var o = buf - start  # column c of row m at o + m * OUT + c
             var r = start
             if M == 1:  # decode: 8 weight rows at a time, 8 streams in flight
                 while r + ROWS <= end:
-                    tile_f32[ROWS, 1](xp, wp, y, K, r, 0)
+                    tile_f32[ROWS, 1](xp, wp, o, K, r, 0)
                     r += ROWS
             else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
                 while r + WIDE_ROWS <= end:
@@ -285,24 +325,25 @@ struct FewRowsMatmulF32:
                     # rows: 6 weight rows in flight rather than 3.
                     var pf = r + WIDE_ROWS if r + 2 * WIDE_ROWS <= N else -1
                     while m + WIDE <= M:
-                        tile_f32[WIDE_ROWS, WIDE](xp, wp, y, K, r, m, pf)
+                        tile_f32[WIDE_ROWS, WIDE](xp, wp, o, K, r, m, pf)
                         m += WIDE
                         pf = -1
                     if m + 4 <= M:
-                        tile_f32[WIDE_ROWS, 4](xp, wp, y, K, r, m, pf)
+                        tile_f32[WIDE_ROWS, 4](xp, wp, o, K, r, m, pf)
                         m += 4
                         pf = -1
                     if m + 2 <= M:
-                        tile_f32[WIDE_ROWS, 2](xp, wp, y, K, r, m, pf)
+                        tile_f32[WIDE_ROWS, 2](xp, wp, o, K, r, m, pf)
                         m += 2
                         pf = -1
                     if m < M:
-                        tile_f32[WIDE_ROWS, 1](xp, wp, y, K, r, m, pf)
+                        tile_f32[WIDE_ROWS, 1](xp, wp, o, K, r, m, pf)
                     r += WIDE_ROWS
             while r < end:  # the last rows, fewer than a tile
                 for m in range(M):
-                    tile_f32[1, 1](xp, wp, y, K, r, m)
+                    tile_f32[1, 1](xp, wp, o, K, r, m)
                 r += 1
+            flush(y, o, M, start, end)
 
         deal(rows, N, CHUNK if M == 1 else WIDE_CHUNK)
 
