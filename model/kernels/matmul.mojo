@@ -303,6 +303,7 @@ struct FewRowsMatmulF32:
             MatmulCPU.execute[transpose_b=True, packed_b=False, has_epilogue_fusion=True, target=target,
                               _trace_name="few_rows_matmul_f32"](y, x, w, ctx)
             return
+        comptime assert OUT >= CHUNK and OUT >= WIDE_CHUNK, "a chunk's columns must fit its output buffer"
         var K = x.dim_size(1)
         var N = w.dim_size(0)
         var xp = x.unsafe_ptr()
