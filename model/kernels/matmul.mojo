@@ -92,6 +92,8 @@ def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, 
             run[](c * chunk, min(c * chunk + chunk, items))
 
     parallelize(work, num_logical_cores())
+
+
 # More than one input row (f32): each group of WIDE_ROWS weight rows is
 # multiplied into up to WIDE input rows at once (3 x 8 accumulators + 3 weight
 # vectors fit the 32 registers), all the input rows before the next group, so
