@@ -16,8 +16,8 @@ its instructions, not by memory. ``--chain`` feeds each matmul from the one
 before, as in the model, where independent ones may overlap. ``--epilogue``
 adds a bias to every product and gelu to c_fc's, as in the model, where MAX
 fuses them into the op: how the op stores its results then counts (stored
-one by one, 48 matmuls at 12 rows took 2.5 ms longer with them than
-without). This, with the whole model's prompt, is where
+one by one, the layers' attn c_proj, c_fc and mlp c_proj at 12 rows took
+2.5 ms longer with them than without). This, with the whole model's prompt, is where
 model/fast_linear.py's FEW_ROWS came from. (Above FEW_ROWS rows the fp32 op hands the product to
 MAX's own matmul from inside itself, so there the two columns time the same
 kernel.)
