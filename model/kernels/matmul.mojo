@@ -167,9 +167,11 @@ def tile_f32[R: Int, MB: Int](
 
 
 @always_inline
-def flush(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePointer[Float32, _], M: Int, start: Int, end: Int):
-    """y[0:M, start:end] from the chunk's buffer o (as tile_f32 wrote it),
-    through y's fused store, 16 or 8 columns at a time: so the epilogue MAX
+def flush(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePointer[Float32, _], stride: Int,
+          rows: Int, end_row: Int, start: Int, end: Int):
+    """y[rows:end_row, start:end] from a buffer o that holds y[m, c] at
+    o + m * stride + c (a chunk's, as tile_f32 wrote it; q4_0.mojo's scratch
+    for a prompt), through y's fused store, 16 or 8 columns at a time: so the epilogue MAX
     fused in (the bias add, c_fc's gelu) runs on vectors. Storing each sum
     as it was made ran that epilogue one value at a time: the layers' attn
     c_proj, c_fc and mlp c_proj at 12 rows in one graph (scratch) took 18.50
@@ -179,16 +181,16 @@ def flush(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePointer[Float32
     19.94 vs 20.07; the Q8_0 op (its tiles' vector stores) 17.87 vs 18.75
     at 12 rows, 6.62 vs 6.27 at 1 (its range 6.15-6.77 vs 5.65-6.27; the
     unchanged Q4_0 op read 0.93-1.07x apart in the same runs)."""
-    for m in range(M):
+    for m in range(rows, end_row):
         var c = start
         while c + 16 <= end:
-            y._fused_store[16, 2](IndexList[2](m, c), o.load[width=16](m * OUT + c))
+            y._fused_store[16, 2](IndexList[2](m, c), o.load[width=16](m * stride + c))
             c += 16
         while c + 8 <= end:
-            y._fused_store[8, 2](IndexList[2](m, c), o.load[width=8](m * OUT + c))
+            y._fused_store[8, 2](IndexList[2](m, c), o.load[width=8](m * stride + c))
             c += 8
         while c < end:
-            y._fused_store[1, 2](IndexList[2](m, c), o.load[width=1](m * OUT + c))
+            y._fused_store[1, 2](IndexList[2](m, c), o.load[width=1](m * stride + c))
             c += 1
 
 
@@ -346,7 +348,7 @@ struct FewRowsMatmulF32:
                 for m in range(M):
                     tile_f32[1, 1](xp, wp, o, K, r, m)
                 r += 1
-            flush(y, o, M, start, end)
+            flush(y, o, OUT, 0, M, start, end)
 
         deal(rows, N, CHUNK if M == 1 else WIDE_CHUNK)
 

@@ -35,7 +35,7 @@ from std.memory import alloc, bitcast
 from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
 
-from .matmul import F32, Q, TASKS, deal, dot4, q8_0_block
+from .matmul import F32, Q, TASKS, deal, dot4, flush, q8_0_block
 
 comptime BAND = 32  # output rows per band (MAX's layout)
 comptime BAND_CHUNK = 4  # bands a core takes at a time
@@ -110,14 +110,7 @@ struct FewRowsMatmulQ4_0:
 
             def copy(t: Int) {var M, var N, var padded, var c, var y}:
                 var per = (M + TASKS - 1) // TASKS
-                for m in range(t * per, min(t * per + per, M)):
-                    var n = 0
-                    while n + 16 <= N:
-                        y._fused_store[16, 2](IndexList[2](m, n), c.load[width=16](m * padded + n))
-                        n += 16
-                    while n < N:
-                        y._fused_store[1, 2](IndexList[2](m, n), c.load[width=1](m * padded + n))
-                        n += 1
+                flush(y, c, padded, t * per, min(t * per + per, M), 0, N)
 
             parallelize(copy, TASKS)
             c.free()
