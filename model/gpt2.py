@@ -248,8 +248,8 @@ def build_lm(kit: Course, config, placement: Placement, with_attention: bool = F
              linear: str = "custom"):
     """``GPT2LMHeadModel`` built lazily (no random init: the checkpoint fills
     it), its layers chosen here: quantized Linears for a quantized placement,
-    model/fast_linear.py's for float32 on the CPU with ``linear="custom"``
-    (and there, each block's tail as one op: model/fused_block.py), step 15's attention (which keeps its probabilities) where asked, made to
+    model/fast_linear.py's for float32 on the CPU with ``linear="custom"``,
+    step 15's attention (which keeps its probabilities) where asked, made to
     keep its cache in place (model/kv_cache.py) unless ``cache="concat"``. The
     dtype is always set explicitly: MAX's own default depends on the device
     (bfloat16 where an accelerator is present)."""
@@ -271,20 +271,7 @@ def build_lm(kit: Course, config, placement: Placement, with_attention: bool = F
     if attention is not kit.GPT2MultiHeadAttention:
         layers["attention"] = attention
     with F.lazy(), default_dtype(placement.max_dtype()):
-        lm = kit.GPT2LMHeadModel(config, **layers)
-    if fuses_block_tails(kit.impl, placement, linear, cache):
-        from model.fused_block import fuse_block_tails
-
-        fuse_block_tails(lm)
-    return lm
-
-
-def fuses_block_tails(impl: str, placement: Placement, linear: str = "custom", cache: str = "in_place") -> bool:
-    """Whether each block runs its tail (c_proj to the MLP's residual) as
-    one op (model/fused_block.py): where the float32 kernels run, over the
-    in-place cache, on the course's solutions (``--impl steps`` runs the
-    learner's block as written)."""
-    return impl == "solutions" and cache == "in_place" and placement.dtype == "float32" and uses_kernels(placement, linear)
+        return kit.GPT2LMHeadModel(config, **layers)
 
 
 def _outputs(lm, logits, attention_layer: int | None, cache: list = ()) -> tuple:

@@ -86,19 +86,13 @@ def in_place(attention_class, causal_mask):
             self.slot = Slot()
 
         def forward(self, x, past_key=None, past_value=None, **_):
-            heads, k, v = self.heads(x)
-            return self.c_proj(heads), k, v
-
-        def heads(self, x, past_key=None, past_value=None, **_):
-            """Step 07's forward up to its heads merged, before c_proj, with
-            slot.store in place of the F.concat (model/fused_block.py takes
-            it from there)."""
+            # Step 07's forward, with slot.store in place of the F.concat.
             q, k, v = F.split(self.c_attn(x), [self.n_embd, self.n_embd, self.n_embd], axis=-1)
             q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
             k, v = self.slot.store(k, v)
             seq = x.shape[1]
             mask = causal_mask(seq, k.shape[2] - seq, dtype=x.dtype, device=x.device)
-            return self._merge_heads(self._attn(q, k, v, mask)), k, v
+            return self.c_proj(self._merge_heads(self._attn(q, k, v, mask))), k, v
 
     InPlaceAttention.__name__ = InPlaceAttention.__qualname__ = f"InPlace{attention_class.__name__}"
     return InPlaceAttention

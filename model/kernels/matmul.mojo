@@ -293,49 +293,6 @@ def prepare_inputs(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, In
         xc.store(lane, SIMD[DType.int32, 8](-16 * codes.cast[DType.int32]().reduce_add()))
 
 
-def products(xp: UnsafePointer[Float32, _], wp: UnsafePointer[Float32, _], o: UnsafePointer[mut=True, Float32, _],
-             M: Int, K: Int, N: Int, start: Int, end: Int):
-    """Weight rows [start, end) of W [N, K] against the M (<= FEW_ROWS)
-    input rows of x [M, K]: the sums into o (row m, column r at o + m * OUT
-    + r), as tile_f32 writes them. A chunk as the cores take it (chunk_rows)."""
-    var r = start
-    if M == 1:  # decode: 8 weight rows at a time, 8 streams in flight
-        while r + ROWS <= end:
-            tile_f32[ROWS, 1](xp, wp, o, K, r, 0)
-            r += ROWS
-    else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
-        while r + WIDE_ROWS <= end:
-            var m = 0
-            # The group's first tile also prefetches the next group's
-            # rows: 6 weight rows in flight rather than 3.
-            var pf = r + WIDE_ROWS if r + 2 * WIDE_ROWS <= N else -1
-            while m + WIDE <= M:
-                tile_f32[WIDE_ROWS, WIDE](xp, wp, o, K, r, m, pf)
-                m += WIDE
-                pf = -1
-            if m + 4 <= M:
-                tile_f32[WIDE_ROWS, 4](xp, wp, o, K, r, m, pf)
-                m += 4
-                pf = -1
-            if m + 2 <= M:
-                tile_f32[WIDE_ROWS, 2](xp, wp, o, K, r, m, pf)
-                m += 2
-                pf = -1
-            if m < M:
-                tile_f32[WIDE_ROWS, 1](xp, wp, o, K, r, m, pf)
-            r += WIDE_ROWS
-    while r < end:  # the last rows, fewer than a tile
-        for m in range(M):
-            tile_f32[1, 1](xp, wp, o, K, r, m)
-        r += 1
-
-
-@always_inline
-def chunk_rows(M: Int) -> Int:
-    """Weight rows a core takes at a time: CHUNK for one input row, WIDE_CHUNK for a few."""
-    return CHUNK if M == 1 else WIDE_CHUNK
-
-
 @extensibility.register("few_rows_matmul_f32")
 struct FewRowsMatmulF32:
     @staticmethod
@@ -361,10 +318,39 @@ struct FewRowsMatmulF32:
         def rows(start: Int, end: Int) {var M, var K, var N, var xp, var wp, var y}:
             var buf = stack_allocation[FEW_ROWS * OUT, Float32]()
             var o = buf - start  # column c of row m at o + m * OUT + c
-            products(xp, wp, o, M, K, N, start, end)
+            var r = start
+            if M == 1:  # decode: 8 weight rows at a time, 8 streams in flight
+                while r + ROWS <= end:
+                    tile_f32[ROWS, 1](xp, wp, o, K, r, 0)
+                    r += ROWS
+            else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
+                while r + WIDE_ROWS <= end:
+                    var m = 0
+                    # The group's first tile also prefetches the next group's
+                    # rows: 6 weight rows in flight rather than 3.
+                    var pf = r + WIDE_ROWS if r + 2 * WIDE_ROWS <= N else -1
+                    while m + WIDE <= M:
+                        tile_f32[WIDE_ROWS, WIDE](xp, wp, o, K, r, m, pf)
+                        m += WIDE
+                        pf = -1
+                    if m + 4 <= M:
+                        tile_f32[WIDE_ROWS, 4](xp, wp, o, K, r, m, pf)
+                        m += 4
+                        pf = -1
+                    if m + 2 <= M:
+                        tile_f32[WIDE_ROWS, 2](xp, wp, o, K, r, m, pf)
+                        m += 2
+                        pf = -1
+                    if m < M:
+                        tile_f32[WIDE_ROWS, 1](xp, wp, o, K, r, m, pf)
+                    r += WIDE_ROWS
+            while r < end:  # the last rows, fewer than a tile
+                for m in range(M):
+                    tile_f32[1, 1](xp, wp, o, K, r, m)
+                r += 1
             flush(y, o, OUT, 0, M, start, end)
 
-        deal(rows, N, chunk_rows(M))
+        deal(rows, N, CHUNK if M == 1 else WIDE_CHUNK)
 
 
 @extensibility.register("few_rows_matmul_q8_0")
