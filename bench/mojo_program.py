@@ -12,13 +12,15 @@ import tempfile
 from pathlib import Path
 
 
-def run(source: Path, *args: str) -> str:
-    """Build ``source`` with ``mojo build -O3`` and return what it prints."""
+def run(source: Path, *args: str, include: Path | None = None) -> str:
+    """Build ``source`` with ``mojo build -O3`` (``include``: a folder of
+    Mojo packages it imports) and return what it prints."""
     from mojo.run import subprocess_run_mojo
 
     with tempfile.TemporaryDirectory() as tmp:
         binary = Path(tmp) / source.stem
-        built = subprocess_run_mojo(["build", "-O3", str(source), "-o", str(binary)], capture_output=True, text=True)
+        flags = ["-I", str(include)] if include else []
+        built = subprocess_run_mojo(["build", "-O3", *flags, str(source), "-o", str(binary)], capture_output=True, text=True)
         if built.returncode != 0:
             raise RuntimeError(f"{source.name} did not build:\n{built.stderr}")
         return subprocess.run([str(binary), *args], capture_output=True, text=True, check=True).stdout

@@ -11,6 +11,12 @@ llama.cpp's threads do between ops), alternated; it also times an empty
 section. The difference between the three is only how the 48 boundaries
 between matmuls are crossed.
 
+Then the same loop inside a MAX graph, as a custom op
+(``bench/read_loop/op.mojo``): one op reading all the bytes, against 49 ops
+reading each matmul's bytes, each waiting for the one before (as a decode
+step's 49 matmul ops do), alternated. That is the cost of a section
+boundary where the model pays it.
+
 Why: inside the model this project's fp32 decode step is ~1-1.5 ms slower
 than its 49 matmuls back to back, and llama.cpp's is not (README, "Profile
 of a decode step"); this shows how much of it a section boundary is, with
@@ -26,17 +32,73 @@ from pathlib import Path
 from bench import mojo_program
 
 SOURCE = Path(__file__).with_name("sections.mojo")
+PACKAGE = Path(__file__).with_name("read_loop")  # the read loop, and the op that runs it in a graph
 
 
 def measure(passes: int) -> dict[str, float]:
     """The program's figures: cores, bytes, sections, empty_us, one_ms, split_ms, spin_ms."""
-    out = mojo_program.run(SOURCE, str(passes))
+    out = mojo_program.run(SOURCE, str(passes), include=PACKAGE.parent)
     return {name: float(value) for name, value in (line.split() for line in out.splitlines())}
+
+
+def in_graph(passes: int) -> dict[str, float]:
+    """The same bytes read inside MAX graphs by bench/read_loop/op.mojo's
+    op: one_ms (one op), split_ms (49 ops in a chain); medians of
+    ``passes`` alternated calls."""
+    import statistics
+    import tempfile
+    import time
+
+    import numpy as np
+    from max.driver import CPU, Buffer
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef, Graph, TensorType, ops
+    from mojo.run import subprocess_run_mojo
+
+    from bench.kernels import STEP_SHAPES
+
+    sizes = [rows * cols for rows, cols in STEP_SHAPES]
+    whole = np.full(sum(sizes), 0.001, np.float32)
+    edges = np.cumsum([0, *sizes])
+    cpu = DeviceRef.CPU()
+
+    def vector(n: int) -> TensorType:
+        return TensorType(DType.float32, [n], device=cpu)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        library = Path(tmp) / "read_loop.mojoc"
+        built = subprocess_run_mojo(["precompile", str(PACKAGE), "-o", str(library)], capture_output=True, text=True)
+        if built.returncode != 0:
+            raise RuntimeError(f"{PACKAGE} did not compile:\n{built.stderr}")
+        with Graph("sections_one", input_types=[vector(len(whole))], custom_extensions=[library]) as one:
+            zero = ops.constant(np.zeros(1, np.float32), DType.float32, cpu)
+            one.output(ops.custom("sections_read", cpu, [one.inputs[0], zero], [vector(1)])[0])
+        with Graph("sections_split", input_types=[vector(n) for n in sizes], custom_extensions=[library]) as split:
+            last = ops.constant(np.zeros(1, np.float32), DType.float32, cpu)
+            for part in split.inputs:
+                last = ops.custom("sections_read", cpu, [part, last], [vector(1)])[0]
+            split.output(last)
+        session = InferenceSession(devices=[CPU()], custom_extensions=[library])
+        models = {"one_ms": (session.load(one), [Buffer.from_numpy(whole)]),
+                  "split_ms": (session.load(split), [Buffer.from_numpy(whole[a:b]) for a, b in zip(edges, edges[1:])])}
+    times: dict[str, list[float]] = {key: [] for key in models}
+    for model, args in models.values():
+        for _ in range(3):  # the first calls after loading run slower
+            model.execute(*args)
+    for _ in range(passes):  # alternated, so that drift hits both alike
+        for key, (model, args) in models.items():
+            start = time.perf_counter()
+            model.execute(*args)
+            times[key].append((time.perf_counter() - start) * 1e3)
+    return {key: statistics.median(t) for key, t in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.sections", description=__doc__.split("\n\n")[0])
     p.add_argument("--passes", type=int, default=40, help="passes over the bytes in each form; medians are printed (default 40)")
+    p.add_argument("--no-graph", dest="graph", action="store_false",
+                   help="skip the in-graph figures (the standalone program's only)")
     args = p.parse_args(argv)
     f = measure(args.passes)
     boundaries = int(f["sections"]) - 1
@@ -47,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         extra = (f[key] - f["one_ms"]) * 1e3 / boundaries
         print(f"  {what:<45}{f[key]:6.2f} ms: {extra:+.1f} us a boundary")
     print(f"  an empty parallel section, back to back:     {f['empty_us']:6.1f} us")
+    if args.graph:
+        g = in_graph(args.passes)
+        print(f"the same loop as a MAX custom op, in a graph (medians of {args.passes} calls):")
+        print(f"  one op over all the bytes:                   {g['one_ms']:6.2f} ms ({f['bytes'] / g['one_ms'] / 1e6:.1f} GB/s)")
+        extra = (g["split_ms"] - g["one_ms"]) * 1e3 / boundaries
+        print(f"  {'one op per matmul, each after the last:':<45}{g['split_ms']:6.2f} ms: {extra:+.1f} us a boundary")
     return 0
 
 

@@ -138,6 +138,7 @@ class GPT2:
         ids_b = self._buffer(ids)
         if self.cache != "in_place":
             out = model.execute(ids_b, positions, *cache)
+            self._after_execute()
             return out, out[1:1 + 2 * self.config.n_layer]
         if cache.spent:
             raise ValueError("this cache was already passed to step(); pass the cache step() returned")
@@ -151,8 +152,19 @@ class GPT2:
         host = [Buffer.from_numpy(np.array(v, dtype=np.int64)) for v in (past, end)]
         mark = Buffer.from_numpy(np.zeros(past, dtype=np.int8))
         out = model.execute(ids_b, positions, *host, mark, *cache.buffers)
+        self._after_execute()
         cache.spent = True
         return out, Cache(cache.buffers, end)
+
+    def _after_execute(self) -> None:
+        """After the process's first graph call, on the CPU: MAX's background
+        threads to the lowest priority (model/engine_threads.py: one of them
+        wakes every 100 us and took ~10% of a decode step's time from the
+        2 cores here)."""
+        if self.placement.kind == "cpu":
+            from model.engine_threads import quiet_background_threads
+
+            quiet_background_threads()
 
     def _buffer(self, array: np.ndarray):
         """A host array as a driver buffer on the model's device."""
