@@ -53,6 +53,16 @@ def background_threads() -> list[int]:
     return found
 
 
+def set_priority(tids: list[int], nice: int) -> None:
+    """Each thread of ``tids`` to ``nice``. Raising a priority back (a lower
+    nice) needs privileges: PermissionError without them."""
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except ProcessLookupError:  # ended meanwhile
+            pass
+
+
 def quiet_background_threads() -> list[int]:
     """Lower MAX's background threads to nice 19, once per process, after
     its first graph execution (the thread above exists from then on); the

@@ -272,8 +272,9 @@ def test_arithmetic_peak_is_measured_on_one_core_and_on_every_core(capsys):
 
 def test_sections_times_the_same_bytes_as_one_section_as_49_and_with_spinning_barriers(capsys):
     # The figures are not tested (speed lives in the bench); that the Mojo
-    # program builds and runs, reads a decode step's 49 matmuls' bytes, and
-    # that the per-boundary costs printed follow from its times, is.
+    # program and the op library build and run, read a decode step's 49
+    # matmuls' bytes, and that the per-boundary costs printed follow from
+    # their times, is.
     import re
 
     from bench import sections
@@ -286,6 +287,14 @@ def test_sections_times_the_same_bytes_as_one_section_as_49_and_with_spinning_ba
         ms, per = re.search(what + r" +([\d.]+) ms: ([+-][\d.]+) us a boundary", out).groups()
         assert abs((float(ms) - one) * 1e3 / 48 - float(per)) < 0.2  # rounding of the printed ms
     assert float(re.search(r"empty parallel section, back to back: +([\d.]+) us", out).group(1)) > 0
+    # The same loop as a MAX custom op, in a graph: one op, then 49 in a
+    # chain, with MAX's background threads as MAX leaves them and quieted.
+    graph = out.split("in a graph")[1]
+    assert graph.count("one op over all the bytes:") == graph.count("one op per matmul, each after the last:") == 2
+    for part in graph.split("MAX's background threads")[1:]:
+        one = float(re.search(r"one op over all the bytes: +([\d.]+) ms", part).group(1))
+        ms, per = re.search(r"each after the last: +([\d.]+) ms: ([+-][\d.]+) us a boundary", part).groups()
+        assert abs((float(ms) - one) * 1e3 / 48 - float(per)) < 0.2
 
 
 def test_bandwidth_reads_with_numpy_and_with_a_compiled_max_graph(capsys):
