@@ -28,6 +28,8 @@ From ``--model`` to tokens (generate, attention-map, the bench, the tests):
                           model/saved_graphs.py saves it as a MEF and loads
                           that on later starts (~0.5 s instead of ~3-5 s)
     model/generate.py     prefill once, then one token per step; sampling.py picks
+    model/engine_threads.py  after the first call on the CPU, MAX's background
+                          threads to the lowest priority (``_after_execute``)
 
 The graph takes ``ids`` [batch, seq], ``positions`` [k] (the positions whose
 logits to return: the last one when generating, every one for
