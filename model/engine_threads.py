@@ -16,10 +16,13 @@ process, that thread at nice 0 against nice 19:
 At nice 19 the thread still runs, only after the compute threads
 (SCHED_IDLE gave the same figures but can starve it on a busy machine).
 
-What is lowered: every thread of this process that is neither a Python
-thread (the caller's, the main one, any the user started) nor one of MAX's
-CPU workers (named "🔥 Thread<n>"): MAX's own background threads. Linux
-only (per-thread priorities through /proc); elsewhere nothing is done.
+What is lowered: the unnamed native threads of this process, i.e. every
+thread that is not a Python thread (the caller's, the main one, any the user
+started) and still carries the process's own name (the main thread's): MAX's
+background threads. MAX names its CPU workers ("🔥 Thread<n>"), and the
+libraries a server process also runs name theirs (libzmq "ZMQbg/...", libuv
+"libuv-worker"): those keep their priority. Linux only (per-thread
+priorities through /proc); elsewhere nothing is done.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import sys
 import threading
 
 LOWEST = 19  # the nicest nice value
-WORKER_PREFIX = "🔥"  # MAX's CPU worker threads: "🔥 Thread0", "🔥 Thread1", ...
 
 _done = False
 
@@ -41,16 +43,19 @@ def background_threads() -> list[int]:
     if not sys.platform.startswith("linux") or not os.path.isdir(tasks):
         return []
     python = {t.native_id for t in threading.enumerate()} | {threading.get_native_id()}
-    found = []
-    for tid in os.listdir(tasks):
-        try:
-            with open(f"{tasks}/{tid}/comm", encoding="utf-8", errors="replace") as f:
-                name = f.read().strip()
-        except OSError:  # the thread ended meanwhile
-            continue
-        if int(tid) not in python and not name.startswith(WORKER_PREFIX):
-            found.append(int(tid))
-    return found
+    unnamed = _name(f"{tasks}/{os.getpid()}")  # the process's own name, which a thread keeps unless named
+    if unnamed is None:
+        return []
+    return [int(tid) for tid in os.listdir(tasks) if int(tid) not in python and _name(f"{tasks}/{tid}") == unnamed]
+
+
+def _name(task: str) -> str | None:
+    """A thread's name (its comm), or None if it ended meanwhile."""
+    try:
+        with open(f"{task}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def set_priority(tids: list[int], nice: int) -> None:

@@ -21,6 +21,7 @@ from max.pipelines.architectures.llama3_modulev3.batch_processor import Llama3Mo
 from max.pipelines.context import TextContext
 from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
 
+from model.engine_threads import quiet_background_threads
 from model.fast_linear import LINEARS, few_rows_linear
 from serve.model_config import GPT2ServeConfig
 from serve.network import GPT2Ragged
@@ -81,3 +82,11 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
         module = GPT2EngineModule(model_config)
         module.to(self.devices[0])
         return module
+
+    def execute(self, model_inputs):
+        outputs = super().execute(model_inputs)
+        if self.devices[0].is_host:
+            # As the app does after its first graph call (model/engine_threads.py):
+            # MAX's background threads at the lowest priority; once per process.
+            quiet_background_threads()
+        return outputs

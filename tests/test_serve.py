@@ -220,3 +220,45 @@ def test_sigterm_stops_it_cleanly(server):
     code = server.stop()
     assert code is not None and time.monotonic() - start < 60
     assert not server.alive_in_group(), "a server process outlived SIGTERM"
+
+
+def tree_threads(root: int) -> list[tuple[int, int, str, int]]:
+    """(pid, tid, name, nice) of every thread of ``root`` and its descendants
+    (the launcher, max serve, its API and model worker processes)."""
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parents[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    found = []
+    for pid in sorted(tree):
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                task = Path(f"/proc/{pid}/task/{tid}")
+                nice = int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+                found.append((int(pid), int(tid), (task / "comm").read_text().strip(), nice))
+        except (OSError, ValueError, IndexError):  # a process or thread that ended meanwhile
+            continue
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities through /proc")
+def test_the_model_worker_lowers_max_s_background_threads_only(server, client):
+    # As the app does (model/engine_threads.py, tests/test_engine_threads.py):
+    # after the engine's first graph call on the CPU, MAX's unnamed background
+    # threads go to nice 19; named threads (MAX's workers, libzmq's, libuv's)
+    # and every process's main thread keep their priority.
+    complete(client, "Once upon a time", 4, temperature=0)
+    threads = tree_threads(server.process.pid)
+    lowered = [t for t in threads if t[3] == 19]
+    assert lowered, threads
+    assert all(name == "python" or name.startswith("python") for _, _, name, _ in lowered), lowered
+    named = [t for t in threads if t[2].startswith(("🔥", "ZMQbg", "libuv"))]
+    assert named and all(nice == 0 for *_, nice in named), named
+    assert all(nice == 0 for pid, tid, _, nice in threads if pid == tid), threads
