@@ -214,14 +214,6 @@ def test_a_client_leaving_mid_stream_does_not_disturb_others(server, client):
     assert complete(client, "And it came to pass", 30, temperature=0).choices[0].text == want
 
 
-def test_sigterm_stops_it_cleanly(server):
-    """Last in the module: SIGTERM to the server's group ends every process of it."""
-    start = time.monotonic()
-    code = server.stop()
-    assert code is not None and time.monotonic() - start < 60
-    assert not server.alive_in_group(), "a server process outlived SIGTERM"
-
-
 def tree_threads(root: int) -> list[tuple[int, int, str, int]]:
     """(pid, tid, name, nice) of every thread of ``root`` and its descendants
     (the launcher, max serve, its API and model worker processes)."""
@@ -262,3 +254,11 @@ def test_the_model_worker_lowers_max_s_background_threads_only(server, client):
     named = [t for t in threads if t[2].startswith(("🔥", "ZMQbg", "libuv"))]
     assert named and all(nice == 0 for *_, nice in named), named
     assert all(nice == 0 for pid, tid, _, nice in threads if pid == tid), threads
+
+
+def test_sigterm_stops_it_cleanly(server):
+    """Last in the module: SIGTERM to the server's group ends every process of it."""
+    start = time.monotonic()
+    code = server.stop()
+    assert code is not None and time.monotonic() - start < 60
+    assert not server.alive_in_group(), "a server process outlived SIGTERM"
