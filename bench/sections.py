@@ -86,7 +86,7 @@ def in_graph(passes: int) -> dict[str, float]:
         session = InferenceSession(devices=[CPU()], custom_extensions=[library])
         models = {"one_ms": (session.load(one), [Buffer.from_numpy(whole)]),
                   "split_ms": (session.load(split), [Buffer.from_numpy(whole[a:b]) for a, b in zip(edges, edges[1:])])}
-    from model.engine_threads import LOWEST, background_threads, set_priority
+    from model.engine_threads import LOWEST, background_threads, may_raise_priority, set_priority
 
     for model, args in models.values():
         for _ in range(3):  # the first calls after loading run slower (and MAX starts its threads)
@@ -94,19 +94,17 @@ def in_graph(passes: int) -> dict[str, float]:
     background = background_threads()
     # Each figure also with MAX's background threads at the lowest priority
     # (as the app runs; model/engine_threads.py), alternated with them as
-    # MAX leaves them where this process may raise their priority back.
-    try:
-        set_priority(background, 0)
-        alternate = True
-    except PermissionError:
-        alternate = False
+    # MAX leaves them where this process may raise their priority back;
+    # elsewhere as MAX leaves them first, then lowered.
+    alternate = may_raise_priority()
     # In blocks of BLOCK calls: the scheduler carries a thread's past share
     # across a priority change for a while (toggled at every call, the two
     # read 18.5 and 18.2 ms; in blocks of 25, 18.2 and 16.6).
     times: dict[str, list[float]] = {f"{key}{quiet}": [] for quiet in ("", "_quiet") for key in models}
     blocks = -(-passes // BLOCK)
     for quiet in ("", "_quiet") * (blocks if alternate else 1):
-        set_priority(background, LOWEST if quiet else 0)
+        if alternate or quiet:
+            set_priority(background, LOWEST if quiet else 0)
         for _ in range(BLOCK if alternate else passes):
             for key, (model, args) in models.items():  # alternated, so that drift hits both alike
                 start = time.perf_counter()

@@ -58,9 +58,17 @@ def _name(task: str) -> str | None:
         return None
 
 
+def may_raise_priority() -> bool:
+    """Whether this process may set a thread's priority back up to nice 0
+    (root, or an RLIMIT_NICE that allows it)."""
+    import resource
+
+    return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20
+
+
 def set_priority(tids: list[int], nice: int) -> None:
     """Each thread of ``tids`` to ``nice``. Raising a priority back (a lower
-    nice) needs privileges: PermissionError without them."""
+    nice) needs privileges (``may_raise_priority``): PermissionError without them."""
     for tid in tids:
         try:
             os.setpriority(os.PRIO_PROCESS, tid, nice)
@@ -76,11 +84,6 @@ def quiet_background_threads() -> list[int]:
     if _done:
         return []
     _done = True
-    lowered = []
-    for tid in background_threads():
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, LOWEST)
-            lowered.append(tid)
-        except OSError:  # ended meanwhile, or not ours to change
-            pass
+    lowered = background_threads()
+    set_priority(lowered, LOWEST)  # lowering one's own threads needs no privilege
     return lowered
