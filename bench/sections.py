@@ -18,7 +18,11 @@ step's 49 matmul ops do), alternated: the cost of a section boundary where
 the model pays it. Both with MAX's background threads as MAX leaves them
 and at the lowest priority, as the app runs them (model/engine_threads.py:
 one of them wakes every 100 us, and on 2 cores each wake-up takes a core
-from the reads).
+from the reads). Last, the chain again with each op stamping when it is
+called, when its tasks start and end and when it returns
+(``sections_read_stamped``), which takes a boundary apart: the read loop's
+own tail (one core done before the other) and the three steps of MAX's
+runtime (ending the section, starting the next kernel, starting its tasks).
 
 Why: inside the model this project's fp32 decode step is ~1-1.5 ms slower
 than its 49 matmuls back to back, and llama.cpp's is not (README, "Profile
@@ -37,6 +41,13 @@ from bench import mojo_program
 SOURCE = Path(__file__).with_name("sections.mojo")
 PACKAGE = Path(__file__).with_name("read_loop")  # the read loop, and the op that runs it in a graph
 BLOCK = 10  # in-graph calls of each kind between two priority changes
+STAMP_TASKS = 64  # room for each task's start and end in a stamped op's output: op.mojo's MAX_TASKS
+# A boundary between two chained ops, taken apart from the stamped ops' times:
+# (what, from, to, whose time it is).
+PARTS = (("first_idle", "first core out of work -> last core out of work", "the read loop's last chunks"),
+         ("join", "last core out of work -> the op returns", "MAX's runtime ends the section"),
+         ("dispatch", "the op returns -> the next op is called", "MAX's runtime starts the next kernel"),
+         ("start", "the next op is called -> its first task reads", "MAX's runtime starts the section's tasks"))
 
 
 def measure(passes: int) -> dict[str, float]:
@@ -45,10 +56,29 @@ def measure(passes: int) -> dict[str, float]:
     return {name: float(value) for name, value in (line.split() for line in out.splitlines())}
 
 
+def boundary_parts(stamps) -> dict[str, float]:
+    """Where the time between two chained ops goes, from the stamped ops'
+    outputs ``stamps`` [calls, ops, 4 + 2 * STAMP_TASKS] (nanoseconds; see
+    op.mojo's SectionsReadStamped): the median over every boundary of every
+    call of each of PARTS, in microseconds."""
+    import numpy as np
+
+    tasks = int(stamps[0, 0, 2])
+    called, returned = stamps[..., 0], stamps[..., 1]
+    starts = stamps[..., 4:4 + tasks]
+    ends = stamps[..., 4 + STAMP_TASKS:4 + STAMP_TASKS + tasks]
+    gaps = {"first_idle": ends.max(-1) - ends.min(-1), "join": returned - ends.max(-1),
+            "dispatch": called[:, 1:] - returned[:, :-1], "start": starts.min(-1) - called}
+    # the boundaries only: the last op's end and the first op's start border no other op
+    gaps["first_idle"], gaps["join"], gaps["start"] = gaps["first_idle"][:, :-1], gaps["join"][:, :-1], gaps["start"][:, 1:]
+    return {key: float(np.median(gap)) / 1e3 for key, gap in gaps.items()}
+
+
 def in_graph(passes: int) -> dict[str, float]:
     """The same bytes read inside MAX graphs by bench/read_loop/op.mojo's
     op: one_ms (one op), split_ms (49 ops in a chain); medians of
-    ``passes`` alternated calls."""
+    ``passes`` alternated calls. Then, with MAX's background threads at the
+    lowest priority, the chain of stamped ops: boundary_parts()."""
     import statistics
     import tempfile
     import time
@@ -83,7 +113,14 @@ def in_graph(passes: int) -> dict[str, float]:
             for part in split.inputs:
                 last = ops.custom("sections_read", cpu, [part, last], [vector(1)])[0]
             split.output(last)
+        stamp = TensorType(DType.float64, [4 + 2 * STAMP_TASKS], device=cpu)
+        with Graph("sections_stamped", input_types=[vector(n) for n in sizes], custom_extensions=[library]) as stamped:
+            outs = [ops.constant(np.zeros(4 + 2 * STAMP_TASKS), DType.float64, cpu)]
+            for part in stamped.inputs:
+                outs.append(ops.custom("sections_read_stamped", cpu, [part, outs[-1]], [stamp])[0])
+            stamped.output(*outs[1:])
         session = InferenceSession(devices=[CPU()], custom_extensions=[library])
+        stamped = session.load(stamped)
         models = {"one_ms": (session.load(one), [Buffer.from_numpy(whole)]),
                   "split_ms": (session.load(split), [Buffer.from_numpy(whole[a:b]) for a, b in zip(edges, edges[1:])])}
     from model.engine_threads import LOWEST, background_threads, may_raise_priority, set_priority
@@ -113,7 +150,11 @@ def in_graph(passes: int) -> dict[str, float]:
     set_priority(background, LOWEST)
     figures = {key: statistics.median(t) for key, t in times.items()}
     figures["alternated"] = float(alternate)
-    return figures
+    split_args = models["split_ms"][1]
+    for _ in range(3):
+        stamped.execute(*split_args)
+    calls = [np.stack([out.to_numpy() for out in stamped.execute(*split_args)]) for _ in range(passes)]
+    return figures | boundary_parts(np.stack(calls))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    one op over all the bytes:                 {one:6.2f} ms ({f['bytes'] / one / 1e6:.1f} GB/s)")
             print(f"    {'one op per matmul, each after the last:':<43}{split:6.2f} ms: "
                   f"{(split - one) * 1e3 / boundaries:+.1f} us a boundary")
+        print(f"  a boundary between two of the 49 ops, taken apart (each op stamps when it is called, when its\n"
+              f"  tasks start and end, and when it returns; medians over {boundaries} boundaries x {args.passes} calls, "
+              f"MAX's\n  background threads at nice 19):")
+        for key, what, whose in PARTS:
+            print(f"    {what:<48}{g[key]:6.1f} us  ({whose})")
+        total = sum(g[key] for key, _, _ in PARTS)
+        print(f"    {'from a core out of work to the next op reading:':<48}{total:6.1f} us")
     return 0
 
 

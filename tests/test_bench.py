@@ -295,6 +295,32 @@ def test_sections_times_the_same_bytes_as_one_section_as_49_and_with_spinning_ba
         one = float(re.search(r"one op over all the bytes: +([\d.]+) ms", part).group(1))
         ms, per = re.search(r"each after the last: +([\d.]+) ms: ([+-][\d.]+) us a boundary", part).groups()
         assert abs((float(ms) - one) * 1e3 / 48 - float(per)) < 0.2
+    # A boundary taken apart from the stamped ops: four parts, each a
+    # duration (a stamp out of order would make one negative), and their sum.
+    apart = out.split("taken apart")[1]
+    parts = [float(us) for us in re.findall(r"-> .+? +(-?[\d.]+) us  \(", apart)]
+    assert len(parts) == 4 and all(us >= 0 for us in parts)
+    total = float(re.search(r"to the next op reading: +([\d.]+) us", apart).group(1))
+    assert abs(sum(parts) - total) < 0.3  # rounding of the printed parts
+
+
+def test_boundary_parts_reads_the_stamped_ops_times():
+    # Two chained ops of two tasks, stamped in ns as op.mojo's stamped op
+    # writes them: the parts are the gaps between them, the first op's
+    # start and the last op's end left out (they border no other op).
+    import numpy as np
+
+    from bench.sections import STAMP_TASKS, boundary_parts
+
+    def op(called, starts, ends, returned):
+        row = np.zeros(4 + 2 * STAMP_TASKS)
+        row[:3] = called, returned, len(starts)
+        row[4:4 + len(starts)], row[4 + STAMP_TASKS:4 + STAMP_TASKS + len(ends)] = starts, ends
+        return row
+
+    stamps = np.stack([[op(0, [9_000, 99_000], [50_000, 52_000], 55_000),  # start 9 us: the first op's, left out
+                        op(62_000, [70_000, 71_000], [120_000, 125_000], 99_000_000)]])
+    assert boundary_parts(stamps) == {"first_idle": 2.0, "join": 3.0, "dispatch": 7.0, "start": 8.0}
 
 
 def test_bandwidth_reads_with_numpy_and_with_a_compiled_max_graph(capsys):

@@ -9,6 +9,7 @@ from max.algorithm import parallelize
 from std.atomic import Atomic
 from std.memory import alloc
 from std.sys.info import num_logical_cores
+from std.time import perf_counter_ns
 
 comptime V = 16  # float32 lanes of one AVX-512 register
 comptime CHUNK = 24 * 1024  # floats a core takes at a time (96 KB)
@@ -57,6 +58,23 @@ def section(buf: UnsafePointer[Float32, _], n: Int, sums: UnsafePointer[mut=True
         sums[t] += read_chunks(buf, n, tp, dp)
 
     parallelize(work, num_logical_cores())
+
+
+def section_stamped(buf: UnsafePointer[Float32, _], n: Int, tasks: Int, sums: UnsafePointer[mut=True, Float32, _],
+                    starts: UnsafePointer[mut=True, Float64, _], ends: UnsafePointer[mut=True, Float64, _]):
+    """section() in ``tasks`` tasks, each writing when it starts and ends (perf_counter_ns)
+    to starts[t] and ends[t]: where the time of a boundary goes."""
+    var taken = Atomic[Int64](0)
+    var done = Atomic[Int64](0)
+    var tp = UnsafePointer(to=taken)
+    var dp = UnsafePointer(to=done)
+
+    def work(t: Int) {var buf, var n, var sums, var tp, var dp, var starts, var ends}:
+        starts[t] = Float64(perf_counter_ns())
+        sums[t] += read_chunks(buf, n, tp, dp)
+        ends[t] = Float64(perf_counter_ns())
+
+    parallelize(work, tasks)
 
 
 def spinning(buf: UnsafePointer[Float32, _], sizes: List[Int], sums: UnsafePointer[mut=True, Float32, _]):
