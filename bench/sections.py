@@ -37,6 +37,7 @@ import sys
 from pathlib import Path
 
 from bench import mojo_program
+from model.engine_threads import LOWEST
 
 SOURCE = Path(__file__).with_name("sections.mojo")
 PACKAGE = Path(__file__).with_name("read_loop")  # the read loop, and the op that runs it in a graph
@@ -72,6 +73,18 @@ def boundary_parts(stamps) -> dict[str, float]:
     # the boundaries only: the last op's end and the first op's start border no other op
     gaps["first_idle"], gaps["join"], gaps["start"] = gaps["first_idle"][:, :-1], gaps["join"][:, :-1], gaps["start"][:, 1:]
     return {key: float(np.median(gap)) / 1e3 for key, gap in gaps.items()}
+
+
+def priority_blocks(passes: int, alternate: bool) -> list[tuple[str, int | None, int]]:
+    """The in-graph timing's order: (suffix, nice to give MAX's background
+    threads first or None to leave them, calls) blocks, suffix "" for the
+    threads as MAX leaves them (nice 0) and "_quiet" for nice 19. Alternated
+    in blocks of BLOCK calls where this process may raise a priority back
+    (``passes`` rounded up to whole blocks); elsewhere all calls as MAX
+    leaves the threads first, untouched, then all at nice 19."""
+    if not alternate:
+        return [("", None, passes), ("_quiet", LOWEST, passes)]
+    return [("", 0, BLOCK), ("_quiet", LOWEST, BLOCK)] * -(-passes // BLOCK)
 
 
 def in_graph(passes: int) -> dict[str, float]:
@@ -123,7 +136,7 @@ def in_graph(passes: int) -> dict[str, float]:
         stamped = session.load(stamped)
         models = {"one_ms": (session.load(one), [Buffer.from_numpy(whole)]),
                   "split_ms": (session.load(split), [Buffer.from_numpy(whole[a:b]) for a, b in zip(edges, edges[1:])])}
-    from model.engine_threads import LOWEST, background_threads, may_raise_priority, set_priority
+    from model.engine_threads import background_threads, may_raise_priority, set_priority
 
     for model, args in models.values():
         for _ in range(3):  # the first calls after loading run slower (and MAX starts its threads)
@@ -138,11 +151,10 @@ def in_graph(passes: int) -> dict[str, float]:
     # across a priority change for a while (toggled at every call, the two
     # read 18.5 and 18.2 ms; in blocks of 25, 18.2 and 16.6).
     times: dict[str, list[float]] = {f"{key}{quiet}": [] for quiet in ("", "_quiet") for key in models}
-    blocks = -(-passes // BLOCK)
-    for quiet in ("", "_quiet") * (blocks if alternate else 1):
-        if alternate or quiet:
-            set_priority(background, LOWEST if quiet else 0)
-        for _ in range(BLOCK if alternate else passes):
+    for quiet, nice, calls in priority_blocks(passes, alternate):
+        if nice is not None:
+            set_priority(background, nice)
+        for _ in range(calls):
             for key, (model, args) in models.items():  # alternated, so that drift hits both alike
                 start = time.perf_counter()
                 model.execute(*args)

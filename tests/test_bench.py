@@ -304,6 +304,18 @@ def test_sections_times_the_same_bytes_as_one_section_as_49_and_with_spinning_ba
     assert abs(sum(parts) - total) < 0.3  # rounding of the printed parts
 
 
+def test_sections_alternates_priorities_only_where_it_may_raise_one_back():
+    # Privileged: blocks of BLOCK calls, nice 0 and 19 in turn, passes
+    # rounded up to whole blocks. Unprivileged (no CAP_SYS_NICE, as on most
+    # desktops): MAX's threads left as they are for every call first, then
+    # lowered once, never raised back (which would fail).
+    from bench.sections import BLOCK, priority_blocks
+    from model.engine_threads import LOWEST
+
+    assert priority_blocks(BLOCK + 1, alternate=True) == [("", 0, BLOCK), ("_quiet", LOWEST, BLOCK)] * 2
+    assert priority_blocks(7, alternate=False) == [("", None, 7), ("_quiet", LOWEST, 7)]
+
+
 def test_boundary_parts_reads_the_stamped_ops_times():
     # Two chained ops of two tasks, stamped in ns as op.mojo's stamped op
     # writes them: the parts are the gaps between them, the first op's
