@@ -68,10 +68,11 @@ def boundary_parts(stamps) -> dict[str, float]:
     called, returned = stamps[..., 0], stamps[..., 1]
     starts = stamps[..., 4:4 + tasks]
     ends = stamps[..., 4 + STAMP_TASKS:4 + STAMP_TASKS + tasks]
-    gaps = {"first_idle": ends.max(-1) - ends.min(-1), "join": returned - ends.max(-1),
-            "dispatch": called[:, 1:] - returned[:, :-1], "start": starts.min(-1) - called}
-    # the boundaries only: the last op's end and the first op's start border no other op
-    gaps["first_idle"], gaps["join"], gaps["start"] = gaps["first_idle"][:, :-1], gaps["join"][:, :-1], gaps["start"][:, 1:]
+    last_end = ends.max(-1)
+    # The boundaries only: an op's end borders the next op's start, and the
+    # last op's end and the first op's start border no other op.
+    gaps = {"first_idle": (last_end - ends.min(-1))[:, :-1], "join": (returned - last_end)[:, :-1],
+            "dispatch": called[:, 1:] - returned[:, :-1], "start": (starts.min(-1) - called)[:, 1:]}
     return {key: float(np.median(gap)) / 1e3 for key, gap in gaps.items()}
 
 
