@@ -63,7 +63,7 @@ def gelu(y: np.ndarray) -> np.ndarray:
 
 
 def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None, libraries=None, chain: bool = False,
-          epilogue: bool = False):
+          epilogue: bool = False, path: str = "auto"):
     """One graph of matmuls, each fed from the input (x, or the previous
     output scaled: ``chained``), every output returned so that none is
     dropped. ``kind``: "max" (``x @ W.T``) or the suffix of a
@@ -72,13 +72,18 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
     the custom-op libraries (default: model/kernels'). ``epilogue``: each
     product + a bias (one more input per matmul, after the weights), then
     gelu where the matmul widens 4x (c_fc), as in the model, where MAX fuses
-    both into the matmul's op."""
+    both into the matmul's op. ``path``: this tree's kernel path
+    (model/cpu.py); a --against revision's ops are called as they were."""
     from max.dtype import DType
     from max.graph import DeviceRef, Graph, TensorType, ops
 
+    from model import cpu as cpu_paths
     from model.fast_linear import kernel_library
     from model.quantize import Q8_0_TILE, padded_rows
 
+    parameters = None if kind.endswith(THEN) else {"isa": cpu_paths.PATHS[cpu_paths.kernel_path(path)]}
+    if parameters is not None and kind.startswith("q4_0"):
+        parameters["band"] = cpu_paths.q4_0_band()
     cpu = DeviceRef.CPU()
     per = 2 if kind.startswith("q8_0") else 1
     if weights is None:
@@ -110,7 +115,7 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
                 padded = [TensorType(DType.float32, [rows, padded_rows(out_dim)], device=cpu)]
                 outs.append(ops.custom("vroom_q4_0_matmul", cpu, [h, *these], padded)[0][:, :out_dim])
             else:
-                outs.append(ops.custom(f"few_rows_matmul_{kind}", cpu, [h, *these], out_type)[0])
+                outs.append(ops.custom(f"few_rows_matmul_{kind}", cpu, [h, *these], out_type, parameters=parameters)[0])
             if epilogue:
                 outs[-1] = outs[-1] + biases[i]
                 if out_dim == 4 * in_dim:
@@ -212,12 +217,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--against", metavar="REV",
                    help="also time model/kernels as of git revision REV, alternated with this tree's")
     p.add_argument("--rounds", type=int, help="alternations of every kernel (default: 1, or 5 with --against)")
+    p.add_argument("--path", default="auto", choices=["auto", "avx512-vnni", "avx2", "portable"],
+                   help="this tree's kernel path (model/cpu.py; default: auto, the CPU's own)")
     args = p.parse_args(argv)
     rounds = args.rounds or (5 if args.against else 1)
     shapes = STEP_SHAPES if args.step else SHAPES
     from max.driver import CPU, Buffer
     from max.engine import InferenceSession
 
+    from model.cpu import q4_0_band
     from model.fast_linear import kernel_library
     from model.quantize import (dequantize_q4_0, dequantize_q8_0, interleave_q8_0, pack_q4_0, quantize_q4_0,
                                 quantize_q8_0, with_padded_rows)
@@ -233,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     q8_arrays = [a for pair in q8 for a in interleave_q8_0(*pair)]
     f32_bytes, q8_bytes = sum(w.nbytes for w in dense), sum(c.nbytes + d.nbytes for c, d in q8)
     q4 = [quantize_q4_0(with_padded_rows(w)) for w in dense]  # rows padded to MAX's bands of 32
-    q4_arrays = [pack_q4_0(b) for b in q4]
+    q4_arrays = [pack_q4_0(b, q4_0_band()) for b in q4]  # in the band MAX's kernel reads here
     q4_bytes = sum(b.nbytes for b in q4)
     weights = {"f32": (dense, f32_bytes), "max": (dense, f32_bytes), "q8_0": (q8_arrays, q8_bytes),
                "q4_0": (q4_arrays, q4_bytes), "q4_0_max": (q4_arrays, q4_bytes)}
@@ -253,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         x = rng.standard_normal((rows, shapes[0][1]), dtype=np.float32)
         models, inputs, diffs = {}, {}, {}
         for kind, (arrays, _) in weights.items():
-            models[kind] = session.load(graph(kind, rows, shapes, libraries=libraries, chain=args.chain,
+            models[kind] = session.load(graph(kind, rows, shapes, libraries=libraries, chain=args.chain, path=args.path,
                                               epilogue=args.epilogue))
             # MAX buffers, made once: handed numpy arrays, every call converts
             # each of them again, which added milliseconds to the figures.

@@ -46,12 +46,13 @@ LINEARS = ("course", "custom")  # load_gpt2's linear= / --linear: step 04's nn.L
 FEW_ROWS = 16  # the kernels' own FEW_ROWS (matmul.mojo)
 
 
-def custom_matmul(name: str, x, weights: list, out_dim: int):
+def custom_matmul(name: str, x, weights: list, out_dim: int, parameters: dict):
     """Call one of model/kernels' ops on ``x`` [..., in]: flattened to
     [rows, in] for the op, the float32 result reshaped back to ``x``'s
-    leading shape and ``out_dim`` columns. The call names the compiled
-    library, so any graph (the app's, the server's, a test's) that uses the
-    op can be compiled as it is."""
+    leading shape and ``out_dim`` columns. ``parameters``: the op's
+    compile-time parameters (``isa``, the kernel path: model/cpu.py; q4_0's
+    ``band``). The call names the compiled library, so any graph (the
+    app's, the server's, a test's) that uses the op can be compiled as it is."""
     from max.dtype import DType
     from max.experimental import functional as F
     from max.graph import DeviceRef, TensorType
@@ -59,7 +60,8 @@ def custom_matmul(name: str, x, weights: list, out_dim: int):
     lead = list(x.shape[:-1])
     x2 = x.reshape([-1, x.shape[-1]])
     out_type = TensorType(DType.float32, [x2.shape[0], out_dim], device=DeviceRef.CPU())
-    y = F.custom(name, DeviceRef.CPU(), [x2, *weights], [out_type], custom_extensions=[kernel_library()])[0]
+    y = F.custom(name, DeviceRef.CPU(), [x2, *weights], [out_type], parameters=parameters,
+                 custom_extensions=[kernel_library()])[0]
     return y.reshape([*lead, out_dim])
 
 
@@ -101,19 +103,23 @@ def few_rows_linear_class():
     from max.experimental import nn
     from max.experimental.tensor import Tensor
 
+    from model import cpu
+
     class FewRowsLinear(nn.Module):
         """``nn.Linear(in_dim, out_dim, bias)`` for the CPU in float32: one
         custom op, this project's GEMV tiles for few rows, MAX's matmul for
-        many; the bias add is fused into it by MAX."""
+        many; the bias add is fused into it by MAX. ``path``: the kernel
+        path (model/cpu.py; default ``$GPT2_MAX_KERNEL_PATH`` or auto)."""
 
-        def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
+        def __init__(self, in_dim: int, out_dim: int, bias: bool = True, path: str | None = None) -> None:
             super().__init__()
             self.out_features = out_dim
             self.weight = Tensor.zeros([out_dim, in_dim])
             self.bias = Tensor.zeros([out_dim]) if bias else None
+            self.parameters_of_op = {"isa": cpu.PATHS[cpu.kernel_path(path)]}
 
         def forward(self, x):
-            y = custom_matmul("few_rows_matmul_f32", x, [self.weight], self.out_features)
+            y = custom_matmul("few_rows_matmul_f32", x, [self.weight], self.out_features, self.parameters_of_op)
             return y if self.bias is None else y + self.bias
 
     return FewRowsLinear

@@ -101,24 +101,27 @@ def dequantize_q4_0(blocks: np.ndarray) -> np.ndarray:
     return ((codes - 8.0) * d).reshape(rows, -1)
 
 
-def pack_q4_0(blocks: np.ndarray) -> np.ndarray:
+def pack_q4_0(blocks: np.ndarray, band: int = ROW_MULTIPLE) -> np.ndarray:
     """Q4_0 blocks [out, in / 32 * 18] (out a multiple of 32) -> the same
     bytes in the layout MAX's Q4_0 kernel reads (its ``matmul_qint4_pack_b``,
     what F.qmatmul's repack op does in the graph), the one
-    model/kernels/q4_0.mojo's op takes: per band of 32 rows, per block of 32
-    weights, 576 bytes: the 32 rows' float16 scales, then for j in 0..3 each
-    row's 4 bytes whose byte t holds codes 8j+t (low nibble) and 8j+4+t (high)."""
+    model/kernels/q4_0.mojo's op takes: per band of ``band`` rows, per block
+    of 32 weights, 18 * band bytes: the band's float16 scales, then for j in
+    0..3 each row's 4 bytes whose byte t holds codes 8j+t (low nibble) and
+    8j+4+t (high). MAX's kernel reads bands of twice the target's float32
+    vector width (model/cpu.py's q4_0_band: 32 rows with AVX-512, 16 with AVX2)."""
     rows = blocks.shape[0]
     if rows % ROW_MULTIPLE:
-        raise ValueError(f"Q4_0 packing takes bands of {ROW_MULTIPLE} rows, got {rows}")
-    b = blocks.reshape(rows // ROW_MULTIPLE, ROW_MULTIPLE, -1, BLOCK_BYTES)  # [band, row, group, bytes]
+        raise ValueError(f"Q4_0 packing takes whole blocks of {ROW_MULTIPLE} rows, got {rows}")
+    if band not in (8, 16, 32):
+        raise ValueError(f"Q4_0 bands are 8, 16 or 32 rows, not {band}")
+    b = blocks.reshape(rows // band, band, -1, BLOCK_BYTES)  # [band, row, group, bytes]
     codes = np.concatenate([b[..., 2:] & 0x0F, b[..., 2:] >> 4], axis=-1)  # codes 0..31 in order
     codes = codes.reshape(*codes.shape[:3], 4, 2, 4)  # [band, row, group, j, low / high, t]
     tuples = codes[..., 0, :] | (codes[..., 1, :] << 4)  # [band, row, group, j, t]
     tuples = tuples.transpose(0, 2, 3, 1, 4).reshape(*tuples.shape[:1], tuples.shape[2], -1)  # [band, group, j * row * t]
     scales = b[..., :2].transpose(0, 2, 1, 3).reshape(tuples.shape[0], tuples.shape[1], -1)  # [band, group, row * 2]
     return np.concatenate([scales, tuples], axis=-1).reshape(rows, -1)
-
 
 
 Q6_K_BYTES = 128 + 64 + 16 + 2  # low 4 bits, high 2 bits, 16 int8 scales, float16 d
@@ -285,21 +288,24 @@ def kernel_linear_classes():
     from max.experimental import nn
     from max.experimental.tensor import Tensor
 
+    from model import cpu
     from model.fast_linear import custom_matmul
 
     class KernelLinear(nn.Module):
         # Each kind sets: op (the model/kernels op), encoding, and arrays
         # (what quantize_state fills, in the op's order; the bias stays float32).
 
-        def __init__(self, out_dim: int, bias: bool) -> None:
+        def __init__(self, out_dim: int, bias: bool, path: str | None) -> None:
             super().__init__()
             self.out_features = out_dim
             self.bias = Tensor.zeros([out_dim]) if bias else None
             self.traced = Traced()
+            self.parameters_of_op = {"isa": cpu.PATHS[cpu.kernel_path(path)]}
 
         def forward(self, x):
             self.traced.ran = True
-            y = custom_matmul(self.op, x, [getattr(self, name) for name in self.arrays], self.out_features)
+            y = custom_matmul(self.op, x, [getattr(self, name) for name in self.arrays], self.out_features,
+                              self.parameters_of_op)
             return y if self.bias is None else y + self.bias
 
     class Q8_0Linear(KernelLinear):
@@ -309,22 +315,27 @@ def kernel_linear_classes():
 
         op, encoding, arrays = "few_rows_matmul_q8_0", "q8_0", ("weight", "scales")
 
-        def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
-            super().__init__(out_dim, bias)
+        def __init__(self, in_dim: int, out_dim: int, bias: bool = True, path: str | None = None) -> None:
+            super().__init__(out_dim, bias, path)
             tiles = -(-out_dim // Q8_0_TILE)
             self.weight = Tensor.zeros([tiles, in_dim * Q8_0_TILE], dtype=DType.int8)
             self.scales = Tensor.zeros([tiles, in_dim * Q8_0_TILE // BLOCK], dtype=DType.float16)
 
     class Q4_0Linear(KernelLinear):
-        """Q4_0 blocks in MAX's packed layout (``pack_q4_0``): ``weight``
-        uint8 [out rounded up to 32, in / 32 * 18]; y = x @ dequantize(W)^T
-        + b (model/kernels/q4_0.mojo: its own kernel for one row, MAX's Q4_0
-        matmul for more); the padded rows are never outputs."""
+        """Q4_0 blocks in MAX's packed layout (``pack_q4_0``) in bands of
+        ``band`` rows (default: the band MAX's kernel reads on this CPU):
+        ``weight`` uint8 [out rounded up to 32, in / 32 * 18]; y = x @
+        dequantize(W)^T + b (model/kernels/q4_0.mojo: its own kernel for one
+        row, MAX's Q4_0 matmul for more where the band is MAX's); the padded
+        rows are never outputs."""
 
         op, encoding, arrays = "few_rows_matmul_q4_0", "q4_0", ("weight",)
 
-        def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
-            super().__init__(out_dim, bias)
+        def __init__(self, in_dim: int, out_dim: int, bias: bool = True, path: str | None = None,
+                     band: int | None = None) -> None:
+            super().__init__(out_dim, bias, path)
+            self.band = band or cpu.q4_0_band()
+            self.parameters_of_op["band"] = self.band
             self.weight = Tensor.zeros([padded_rows(out_dim), in_dim // BLOCK * BLOCK_BYTES], dtype=DType.uint8)
 
     return Q8_0Linear, Q4_0Linear
@@ -362,21 +373,23 @@ def quantized_layers(lm) -> list:
 
 
 def quantized_specs(lm) -> dict[str, list]:
-    """{layer name: [encoding, the names of the arrays it holds]} for a built
-    model's quantized layers: all quantize_state needs, and what a saved
-    graph's facts keep, so that a later start quantizes (or finds the saved
-    blocks) without building the course's model (~0.5 s of imports)."""
-    return {name: [layer.encoding, list(layer.arrays)] for name, layer in quantized_layers(lm)}
+    """{layer name: [encoding, the names of the arrays it holds, its q4_0
+    band or None]} for a built model's quantized layers: all quantize_state
+    needs, and what a saved graph's facts keep, so that a later start
+    quantizes (or finds the saved blocks) without building the course's
+    model (~0.5 s of imports)."""
+    return {name: [layer.encoding, list(layer.arrays), getattr(layer, "band", None)]
+            for name, layer in quantized_layers(lm)}
 
 
-def quantized_arrays(encoding: str, weight: np.ndarray) -> dict[str, np.ndarray]:
+def quantized_arrays(encoding: str, weight: np.ndarray, band: int | None = None) -> dict[str, np.ndarray]:
     """One layer's float32 weight [out, in] as the arrays it holds (its
-    ``arrays``), by name."""
+    ``arrays``), by name; q4_0's packed in bands of ``band`` rows (default 32)."""
     if encoding == "q8_0":
         codes, scales = interleave_q8_0(*quantize_q8_0(weight))
         return {"weight": codes, "scales": scales}
     blocks = ENCODINGS[encoding].quantize(with_padded_rows(weight))
-    return {"weight": pack_q4_0(blocks) if encoding == "q4_0" else blocks}
+    return {"weight": pack_q4_0(blocks, band or ROW_MULTIPLE) if encoding == "q4_0" else blocks}
 
 
 def quantize_state(specs: dict[str, list], state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -385,9 +398,9 @@ def quantize_state(specs: dict[str, list], state: dict[str, np.ndarray]) -> dict
     to a multiple of 32) for q6_k, the same packed for MAX's kernel
     (``pack_q4_0``) for q4_0, codes and scales in tiles of 8 rows for q8_0."""
     out = dict(state)
-    for name, (encoding, _) in specs.items():
+    for name, (encoding, _, band) in specs.items():
         weight = np.asarray(state[name + ".weight"], dtype=np.float32)
-        out.update({f"{name}.{key}": array for key, array in quantized_arrays(encoding, weight).items()})
+        out.update({f"{name}.{key}": array for key, array in quantized_arrays(encoding, weight, band).items()})
     return out
 
 
@@ -408,9 +421,9 @@ def saved_quantize_state(specs: dict[str, list], state: dict[str, np.ndarray], f
     if not specs or not saved_graphs.enabled():
         return quantize_state(specs, state)
     key = checkpoint_key(folder, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-                         *(f"{name}:{encoding}" for name, (encoding, _) in specs.items()))
+                         *(f"{name}:{encoding}:{band}" for name, (encoding, _, band) in specs.items()))
     saved = SavedArrays(saved_graphs.cache_root() / "quantized" / key, folder)
-    names = [f"{name}.{key}" for name, (_, arrays) in specs.items() for key in arrays]
+    names = [f"{name}.{key}" for name, (_, arrays, _) in specs.items() for key in arrays]
     kept = saved.load(names)
     if kept is not None:
         return {**state, **kept}

@@ -9,7 +9,8 @@ are not in the file; they are bound when the graph is loaded.
 
 A MEF is only valid for exactly the graph it was compiled from, so the graph
 is *named* by a digest of everything that shapes it: the MAX version, the
-sources of the build (model/) and of the course's implementation (solutions/
+CPU's kernel path (model/cpu.py: a graph compiled for AVX-512 must not run
+on an AVX2 machine that shares the cache folder), the sources of the build (model/) and of the course's implementation (solutions/
 or the learner's steps/), the checkpoint's config, the placement and the
 build options. Any change to any of them gives a new name, hence a fresh
 compile. Beside the MEF, ``facts.json`` keeps what the build learnt while
@@ -55,8 +56,11 @@ def copies_folder() -> Path | None:
 
 def graph_name(impl: str, config, placement, options: dict) -> str:
     """``gpt2_<digest>``: the digest of everything the compiled graph depends on."""
+    from model import cpu
+
     digest = hashlib.sha256()
-    facts = {"max": importlib.metadata.version("max"), "impl": impl,
+    facts = {"max": importlib.metadata.version("max"), "impl": impl, "cpu": cpu.describe(),
+             "kernel_path": os.environ.get(cpu.ENV, "auto"),
              "config": asdict(config) if is_dataclass(config) else vars(config),
              "placement": [placement.kind, placement.dtype], "options": options}
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())

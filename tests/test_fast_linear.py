@@ -55,69 +55,135 @@ def test_the_interleaved_q8_0_layout_keeps_every_code_and_scale_where_the_kernel
             np.testing.assert_array_equal(flat_scales[at:at + 2], want)
 
 
-def test_the_packed_q4_0_layout_keeps_every_code_and_scale_where_the_kernel_reads_it():
-    # model/kernels/q4_0.mojo reads band b (32 rows), block g's 576 bytes at
-    # (b * groups + g) * 576: row i's float16 scale at 2 * i, then chunk j's
-    # 4 bytes of row i at 64 + j * 128 + 4 * i, byte t = code 8j+t | code 8j+4+t << 4.
+def max_pack_b(blocks: np.ndarray, n_groups: int) -> np.ndarray:
+    """MAX's ``matmul_qint4_pack_b`` (its quantization package) transcribed
+    loop for loop: per band of n_groups rows (2 x the target's float32
+    lanes), per block, the band's scales, then per 8 codes each row's 4-byte
+    tuple (codes t and t + 4 in a byte's low and high nibble)."""
+    rows, width = blocks.shape
+    groups = width // 18
+    out = np.zeros(rows * width, np.uint8)
+    for n in range(0, rows, n_groups):
+        base = n * width
+        for nn in range(n_groups):
+            at = base
+            for g in range(groups):
+                block = blocks[n + nn, g * 18:(g + 1) * 18]
+                out[at + 2 * nn:at + 2 * nn + 2] = block[:2]
+                at += 2 * n_groups
+                codes = np.concatenate([block[2:] & 15, block[2:] >> 4])
+                for i in range(0, 32, 8):
+                    out[at + 4 * nn:at + 4 * nn + 4] = codes[i:i + 4] | (codes[i + 4:i + 8] << 4)
+                    at += 4 * n_groups
+    return out.reshape(rows, width)
+
+
+@pytest.mark.parametrize("band", [8, 16, 32])
+def test_the_packed_q4_0_layout_is_max_s_for_every_band(band):
+    # model/kernels/q4_0.mojo reads band b, block g's 18 * band bytes at
+    # (b * groups + g) * 18 * band: row i's float16 scale at 2 * i, then chunk
+    # j's 4 bytes of row i at 2 * band + j * 4 * band + 4 * i, byte t = code
+    # 8j+t | code 8j+4+t << 4: MAX's own layout for a target whose float32
+    # vector has band / 2 lanes (AVX-512 32, AVX2 16, NEON 8).
     rows, k = 64, 96
-    rng = np.random.default_rng(2)
-    blocks = quantize_q4_0(rng.standard_normal((rows, k)).astype(np.float32))
-    packed = pack_q4_0(blocks)
+    blocks = quantize_q4_0(np.random.default_rng(2).standard_normal((rows, k)).astype(np.float32))
+    packed = pack_q4_0(blocks, band)
     assert packed.shape == blocks.shape and packed.dtype == np.uint8
+    np.testing.assert_array_equal(packed, max_pack_b(blocks, band))
     flat, groups = packed.reshape(-1), k // BLOCK
-    for row in range(rows):
-        band, i = divmod(row, 32)
-        for g in range(groups):
-            block = blocks[row, g * 18:(g + 1) * 18]
-            codes = np.concatenate([block[2:] & 15, block[2:] >> 4])  # ggml: low nibbles 0-15, high 16-31
-            at = (band * groups + g) * 576
-            assert flat[at + 2 * i:at + 2 * i + 2].tobytes() == block[:2].tobytes()
-            for j in range(4):
-                got = flat[at + 64 + j * 128 + 4 * i:][:4]
-                np.testing.assert_array_equal(got & 15, codes[8 * j:8 * j + 4])
-                np.testing.assert_array_equal(got >> 4, codes[8 * j + 4:8 * j + 8])
-    with pytest.raises(ValueError, match="bands of 32"):
-        pack_q4_0(blocks[:40])
+    row, g = 37, 2  # one code and scale by the kernel's own arithmetic
+    b, i = divmod(row, band)
+    at = (b * groups + g) * 18 * band
+    assert flat[at + 2 * i:at + 2 * i + 2].tobytes() == blocks[row, g * 18:g * 18 + 2].tobytes()
+    codes = np.concatenate([blocks[row, g * 18 + 2:(g + 1) * 18] & 15, blocks[row, g * 18 + 2:(g + 1) * 18] >> 4])
+    for j in range(4):
+        got = flat[at + 2 * band + j * 4 * band + 4 * i:][:4]
+        np.testing.assert_array_equal(got & 15, codes[8 * j:8 * j + 4])
+        np.testing.assert_array_equal(got >> 4, codes[8 * j + 4:8 * j + 8])
+    with pytest.raises(ValueError, match="blocks of 32"):
+        pack_q4_0(blocks[:40], band)
 
 
-@pytest.fixture(scope="module")
-def layers():
-    """One compiled graph holding both kernels' layers: float32 48 -> 37
-    (a width that is not a multiple of the 16 lanes, a height not a multiple
-    of the 8-row tile) and Q8_0 128 -> 37; rows are symbolic."""
+def test_the_q4_0_band_is_the_one_max_repacks_to_on_this_cpu():
+    # MAX's own repack op (what F.qmatmul runs in the graph) on this machine
+    # against pack_q4_0 in the band model/cpu.py names for it: the layout the
+    # prompt path hands to MAX's Q4_0 kernel. An AVX2 machine checks its
+    # band of 16 here, an AVX-512 one its 32.
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import DeviceRef, Graph, TensorType
+    from max.graph.ops.quantized import repack_gguf_quantized_weights
+    from max.graph.quantization import QuantizationEncoding
+
+    from model.cpu import q4_0_band
+
+    blocks = quantize_q4_0(np.random.default_rng(3).standard_normal((64, 128)).astype(np.float32))
+    with Graph("q4_0_repack", input_types=[TensorType(DType.uint8, list(blocks.shape), device=DeviceRef.CPU())]) as g:
+        g.output(repack_gguf_quantized_weights(g.inputs[0], QuantizationEncoding.Q4_0))
+    repacked = InferenceSession(devices=[CPU()]).load(g).execute(blocks)[0].to_numpy()
+    np.testing.assert_array_equal(repacked.reshape(blocks.shape), pack_q4_0(blocks, q4_0_band()))
+
+
+def kernel_paths() -> list:
+    """"auto" (the CPU's own path) and every forced path but the one auto
+    picks (the same code): each runs where this CPU can execute it, so an
+    AVX-512 machine also runs the AVX2 and portable paths."""
+    from model import cpu
+
+    out = []
+    for path in ["auto", *(p for p in cpu.NEEDS if p != cpu.native_path())]:
+        lacking = cpu.missing(path)
+        marks = [pytest.mark.skip(reason=f"this CPU lacks {', '.join(lacking)}")] if lacking else []
+        out.append(pytest.param(path, marks=marks, id=path))
+    return out
+
+
+@pytest.fixture(scope="module", params=kernel_paths())
+def layers(request):
+    """One compiled graph per kernel path holding every kernel's layers:
+    float32 48 -> 37 (a width that is not a multiple of the 16 lanes, a
+    height not a multiple of the 8-row tile), Q8_0 128 -> 37, and Q4_0 128
+    -> 37 packed in bands of 32 and of 16 rows (one of them the band MAX's
+    kernel reads here, which prompts hand to it; the other runs this
+    project's band kernel for every row); rows are symbolic."""
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental import functional as F
     from max.experimental import nn
     from max.graph import TensorType
 
-    from model.fast_linear import few_rows_linear
-    from model.quantize import quantized_linear
+    from model.fast_linear import few_rows_linear_class
+    from model.quantize import kernel_linear_classes
 
+    path = request.param
+    Q8_0Linear, Q4_0Linear = kernel_linear_classes()
     rng = np.random.default_rng(1)
     arrays = {"f32.weight": rng.standard_normal((37, 48)).astype(np.float32),
               "f32.bias": rng.standard_normal(37).astype(np.float32),
               "q8.bias": rng.standard_normal(37).astype(np.float32)}
     q8_codes, q8_scales = quantize_q8_0(rng.standard_normal((37, 128)).astype(np.float32))
     arrays["q8.weight"], arrays["q8.scales"] = interleave_q8_0(q8_codes, q8_scales)  # 5 tiles, the last padded
-    # Q4_0 128 -> 37: two bands of 32 rows, the last 27 rows of padding
+    # Q4_0 128 -> 37: rows padded to 64 (two bands of 32, four of 16), the last 27 zeros
     q4_blocks = quantize_q4_0(np.concatenate([rng.standard_normal((37, 128)), np.zeros((27, 128))]).astype(np.float32))
-    arrays["q4.weight"], arrays["q4.bias"] = pack_q4_0(q4_blocks), rng.standard_normal(37).astype(np.float32)
+    arrays["q4.weight"], arrays["q4.bias"] = pack_q4_0(q4_blocks, 32), rng.standard_normal(37).astype(np.float32)
+    arrays["q4b.weight"], arrays["q4b.bias"] = pack_q4_0(q4_blocks, 16), arrays["q4.bias"]
 
-    class Three(nn.Module):
+    class Four(nn.Module):
         def __init__(self):
             super().__init__()
-            self.f32 = few_rows_linear(48, 37)
-            self.q8 = quantized_linear("q8_0")(128, 37)
-            self.q4 = quantized_linear("q4_0")(128, 37)
+            self.f32 = few_rows_linear_class()(48, 37, path=path)
+            self.q8 = Q8_0Linear(128, 37, path=path)
+            self.q4 = Q4_0Linear(128, 37, path=path, band=32)
+            self.q4b = Q4_0Linear(128, 37, path=path, band=16)
 
         def forward(self, a, b):
-            return self.f32(a), self.q8(b), self.q4(b)
+            return self.f32(a), self.q8(b), self.q4(b), self.q4b(b)
 
     with F.lazy():
-        three = Three()
+        four = Four()
     types = [TensorType(DType.float32, ["batch", "seq", width], device=CPU()) for width in (48, 128)]
-    compiled = three.compile(*types, weights=arrays)
+    compiled = four.compile(*types, weights=arrays)
     return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales), dequantize_q4_0(q4_blocks)[:37]
 
 
@@ -129,17 +195,19 @@ def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
     rng = np.random.default_rng(batch * 100 + seq)
     a = rng.standard_normal((batch, seq, 48)).astype(np.float32)
     b = rng.standard_normal((batch, seq, 128)).astype(np.float32)
-    got_f32, got_q8, got_q4 = (t.to_numpy() for t in compiled(Tensor.from_dlpack(a), Tensor.from_dlpack(b)))
+    got_f32, got_q8, got_q4, got_q4b = (t.to_numpy() for t in compiled(Tensor.from_dlpack(a), Tensor.from_dlpack(b)))
     want_f32 = a @ arrays["f32.weight"].T + arrays["f32.bias"]
     want_q8 = b @ q8_dense.T + arrays["q8.bias"]
     want_q4 = b @ q4_dense.T + arrays["q4.bias"]
-    assert got_f32.shape == got_q8.shape == got_q4.shape == (batch, seq, 37)
+    assert got_f32.shape == got_q8.shape == got_q4.shape == got_q4b.shape == (batch, seq, 37)
     assert np.abs(got_f32 - want_f32).max() <= 1e-4 * np.abs(want_f32).max()
     # The Q8_0 and Q4_0 kernels round the activations to 8 bits per block of
     # 32 (as llama.cpp and MAX's Q4_0 kernel do), for any number of rows (Q4_0:
-    # this project's kernel for one row, MAX's for more).
+    # this project's kernel for one row, and for more where the band is not
+    # the one MAX's kernel reads; MAX's kernel otherwise).
     assert np.abs(got_q8 - want_q8).max() <= 0.01 * np.abs(want_q8).max()
-    assert np.abs(got_q4 - want_q4).max() <= 0.01 * np.abs(want_q4).max()
+    for got in (got_q4, got_q4b):
+        assert np.abs(got - want_q4).max() <= 0.01 * np.abs(want_q4).max()
 
 
 def greedy_tokens(gpt2, prompt: np.ndarray, n: int) -> list[int]:

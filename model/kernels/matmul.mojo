@@ -43,16 +43,15 @@ from std.atomic import Atomic
 from std.sys.info import num_logical_cores
 from max.gpu.host import DeviceContext
 from std.memory import alloc, bitcast, stack_allocation
-from std.sys import llvm_intrinsic
 from std.sys.intrinsics import PrefetchOptions, prefetch
-from std.sys.info import CompilationTarget
 from std.utils.index import IndexList
 
+from .isa import AVX512_VNNI, dot4_64, registers, resolved, signed_dot4_64, vector_bytes
+
 comptime F32 = DType.float32
-comptime V = 16  # float32 lanes of one AVX-512 register
 comptime Q = 32  # weights per Q8_0 block
-# Weight rows per tile for one input row; the Q8_0 op's 4-input-row tile takes
-# half as many (4 x 4 accumulators: 8 x 4 would not fit AVX-512's 32 registers).
+# Weight rows per tile for one input row (f32); the Q8_0 ops' tiles are chosen
+# per path below (q8_0_tile_rows).
 # 8 over 4, measured on 24 MLP matmuls + the LM head, one input row, weights
 # out of cache, one process per variant, alternated (`python -m bench.kernels
 # --rows 1` with ROWS edited re-runs it): fp32 31.7 vs 26.1 GB/s, q8_0 16.6
@@ -112,7 +111,14 @@ def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, 
 # 23.9 vs 32.9 ms (1.38x; four alternated rounds, ranges apart), 16 rows
 # 43.8 vs 48.8 (1.11x); prefetching two groups ahead was no better.
 comptime WIDE_ROWS = 3
-comptime WIDE = 8
+
+
+def wide_inputs(isa: Int) -> Int:
+    """Input rows per few-rows f32 tile: 3 x 8 accumulators + 3 weight
+    vectors + 1 input fit AVX-512's 32 registers; 3 x 4 + 4 fit 16 (AVX2)."""
+    return 8 if registers(isa) >= 32 else 4
+
+
 # Input rows up to which the f32 op runs its own tiles; above, MAX's matmul.
 # Intel Xeon, with flush() storing vectors: a decode step's 49 matmuls with
 # their bias adds and gelus (bench.kernels --step --epilogue, 3 rounds) at
@@ -125,11 +131,12 @@ comptime FEW_ROWS = 16
 
 
 @always_inline
-def tile_f32[R: Int, MB: Int](
+def tile_f32[V: Int, R: Int, MB: Int](
     xp: UnsafePointer[Float32, _], wp: UnsafePointer[Float32, _], o: UnsafePointer[mut=True, Float32, _],
     K: Int, r: Int, m0: Int, pf: Int = -1,
 ):
-    """y[m0:m0+MB, r:r+R] from W rows r..r+R: each W vector is loaded once
+    """y[m0:m0+MB, r:r+R] from W rows r..r+R, V float32 lanes a vector
+    (the path's register width): each W vector is loaded once
     and multiplied into MB accumulators (kept in registers once unrolled).
     The results go to o (row m at o + m * OUT, column r at o + r): the
     chunk's buffer, which flush() hands to y's fused store.
@@ -144,7 +151,7 @@ def tile_f32[R: Int, MB: Int](
             comptime for i in range(R):
                 prefetch[PrefetchOptions().for_read().high_locality()](wp + (pf + i) * K + k)
         # The R weight vectors first, then each input vector once against all
-        # of them: R + 1 + R * MB registers (28 for 3 x 8). Loading one weight
+        # of them: R + 1 + R * MB registers (28 for 3 x 8 on AVX-512). Loading one weight
         # vector at a time against every input instead let the compiler hold
         # all MB input vectors (R * MB + MB + 1 = 33 for 3 x 8): two
         # accumulators spilled and ~30 register moves a step (objdump of a
@@ -207,22 +214,23 @@ comptime QPF = 8
 comptime P = 2 * Q  # weights per step of the Q8_0 kernel: two blocks, one 512-bit register of bytes
 
 
-@always_inline
-def dot4(acc: SIMD[DType.int32, 16], u: SIMD[DType.uint8, P], s: SIMD[DType.int8, P]) -> SIMD[DType.int32, 16]:
-    """acc + (sums of 4 neighbouring products u * s, 16 lanes): x86's
-    vpdpbusd (AVX512-VNNI), one instruction for 64 products; the portable
-    form elsewhere."""
-    comptime if CompilationTarget.has_vnni():
-        return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.512", SIMD[DType.int32, 16]](
-            acc, bitcast[DType.int8, P](u), s)
-    else:
-        var p = u.cast[DType.int32]() * s.cast[DType.int32]()
-        var p2 = p.deinterleave()[0] + p.deinterleave()[1]
-        return acc + p2.deinterleave()[0] + p2.deinterleave()[1]
+def q8_0_tile_rows(isa: Int, inputs: Int) -> Int:
+    """Weight rows per Q8_0 tile call (R) for 1 or 4 / 2 input rows (MB): the
+    R * MB accumulators of 16 float32 lanes must stay in registers. AVX-512
+    (32 registers of 16 lanes): 8 x 1 and 4 x 4; 16 registers of 8 lanes
+    (AVX2), where one accumulator takes two: 4 x 1 and 2 x 2."""
+    if registers(isa) >= 32:
+        return 8 if inputs == 1 else 4
+    return 4 if inputs == 1 else 2
+
+
+def q8_0_tile_inputs(isa: Int) -> Int:
+    """Input rows per Q8_0 tile call when there are several (see q8_0_tile_rows)."""
+    return 4 if registers(isa) >= 32 else 2
 
 
 @always_inline
-def tile_q8_0[R: Int, MB: Int](
+def tile_q8_0[isa: Int, R: Int, MB: Int](
     xq: UnsafePointer[Int8, _], xs: UnsafePointer[Float32, _], xc: UnsafePointer[Int32, _],
     qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], y: FusedOutputTensor[dtype=F32, rank=2, ...],
     K: Int, N: Int, t: Int, i0: Int, m0: Int,
@@ -231,9 +239,10 @@ def tile_q8_0[R: Int, MB: Int](
     layout (see the top of this file), against Q8_0 inputs (as llama.cpp
     does): per step of two blocks, 64 codes x 64 inputs are one integer dot
     product into 16 int32 lanes (8 per block), then scaled by the weight's
-    d times the input's d. The weights' int8 codes are made unsigned (+128)
-    for the instruction; xc, the input's codes summed per block times -16
-    per lane, takes the +128 back out (prepare_inputs)."""
+    d times the input's d. On the AVX512_VNNI path the weights' int8 codes
+    are made unsigned (+128) for vpdpbusd, and xc, the input's codes summed
+    per block times -16 per lane, takes the +128 back out (prepare_inputs);
+    the other paths multiply signed codes (isa.mojo's signed_dot4)."""
     var steps = K // P
     var acc = stack_allocation[R * MB * 16, Float32]()
     comptime for a in range(R * MB):
@@ -242,15 +251,20 @@ def tile_q8_0[R: Int, MB: Int](
         var at = t * steps + p  # this tile's step p: ROWS * P codes, 2 * ROWS scales
         var d = dp.load[width=2 * R](at * 2 * ROWS + 2 * i0).cast[F32]()
         comptime if QPF > 0:
-            if i0 == 0:  # once per step for all ROWS rows (the 4-input tiles call this twice)
+            if i0 == 0:  # once per step for all ROWS rows (a tile of fewer rows is called again for the rest)
                 comptime for i in range(ROWS):
                     prefetch[PrefetchOptions().for_read().high_locality()](qp + ((at + QPF) * ROWS + i) * P)
         comptime for i in range(R):
-            var w = bitcast[DType.uint8, P](qp.load[width=P]((at * ROWS + i0 + i) * P)) ^ 128
+            var codes = qp.load[width=P]((at * ROWS + i0 + i) * P)
             var dw = SIMD[F32, 8](d[2 * i]).join(SIMD[F32, 8](d[2 * i + 1]))
             comptime for j in range(MB):
                 var lane = (m0 + j) * steps * 16 + p * 16
-                var dots = dot4(xc.load[width=16](lane), w, xq.load[width=P]((m0 + j) * K + p * P))
+                var x = xq.load[width=P]((m0 + j) * K + p * P)
+                var dots: SIMD[DType.int32, 16]
+                comptime if isa == AVX512_VNNI:
+                    dots = dot4_64[isa](xc.load[width=16](lane), bitcast[DType.uint8, P](codes) ^ 128, x)
+                else:
+                    dots = signed_dot4_64[isa](SIMD[DType.int32, 16](0), codes, x)
                 var a = (i * MB + j) * 16
                 acc.store(a, dots.cast[F32]().fma(dw * xs.load[width=16](lane), acc.load[width=16](a)))
     # Each input row's R sums as one vector through y's fused store, so the
@@ -264,7 +278,7 @@ def tile_q8_0[R: Int, MB: Int](
         if row + R <= N:
             y._fused_store[R, 2](IndexList[2](m0 + j, row), v)
         else:
-            for i in range(N - row):
+            for i in range(max(N - row, 0)):
                 y._fused_store[1, 2](IndexList[2](m0 + j, row + i), SIMD[F32, 1](v[i]))
 
 
@@ -296,7 +310,7 @@ def prepare_inputs(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, In
 @extensibility.register("few_rows_matmul_f32")
 struct FewRowsMatmulF32:
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, isa: Int](
         y: FusedOutputTensor[dtype=F32, rank=2, ...],
         x: InputTensor[dtype=F32, rank=2, ...],
         w: InputTensor[dtype=F32, rank=2, ...],
@@ -308,6 +322,9 @@ struct FewRowsMatmulF32:
                               _trace_name="few_rows_matmul_f32"](y, x, w, ctx)
             return
         comptime assert OUT >= CHUNK and OUT >= WIDE_CHUNK, "a chunk's columns must fit its output buffer"
+        comptime I = resolved(isa)
+        comptime V = vector_bytes(I) // 4  # float32 lanes of one register
+        comptime WIDE = wide_inputs(I)
         var K = x.dim_size(1)
         var N = w.dim_size(0)
         var xp = x.unsafe_ptr()
@@ -321,7 +338,7 @@ struct FewRowsMatmulF32:
             var r = start
             if M == 1:  # decode: 8 weight rows at a time, 8 streams in flight
                 while r + ROWS <= end:
-                    tile_f32[ROWS, 1](xp, wp, o, K, r, 0)
+                    tile_f32[V, ROWS, 1](xp, wp, o, K, r, 0)
                     r += ROWS
             else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
                 while r + WIDE_ROWS <= end:
@@ -330,23 +347,23 @@ struct FewRowsMatmulF32:
                     # rows: 6 weight rows in flight rather than 3.
                     var pf = r + WIDE_ROWS if r + 2 * WIDE_ROWS <= N else -1
                     while m + WIDE <= M:
-                        tile_f32[WIDE_ROWS, WIDE](xp, wp, o, K, r, m, pf)
+                        tile_f32[V, WIDE_ROWS, WIDE](xp, wp, o, K, r, m, pf)
                         m += WIDE
                         pf = -1
-                    if m + 4 <= M:
-                        tile_f32[WIDE_ROWS, 4](xp, wp, o, K, r, m, pf)
+                    if WIDE > 4 and m + 4 <= M:
+                        tile_f32[V, WIDE_ROWS, 4](xp, wp, o, K, r, m, pf)
                         m += 4
                         pf = -1
                     if m + 2 <= M:
-                        tile_f32[WIDE_ROWS, 2](xp, wp, o, K, r, m, pf)
+                        tile_f32[V, WIDE_ROWS, 2](xp, wp, o, K, r, m, pf)
                         m += 2
                         pf = -1
                     if m < M:
-                        tile_f32[WIDE_ROWS, 1](xp, wp, o, K, r, m, pf)
+                        tile_f32[V, WIDE_ROWS, 1](xp, wp, o, K, r, m, pf)
                     r += WIDE_ROWS
             while r < end:  # the last rows, fewer than a tile
                 for m in range(M):
-                    tile_f32[1, 1](xp, wp, o, K, r, m)
+                    tile_f32[V, 1, 1](xp, wp, o, K, r, m)
                 r += 1
             flush(y, o, OUT, 0, M, start, end)
 
@@ -356,7 +373,7 @@ struct FewRowsMatmulF32:
 @extensibility.register("few_rows_matmul_q8_0")
 struct FewRowsMatmulQ8_0:
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, isa: Int](
         y: FusedOutputTensor[dtype=F32, rank=2, ...],
         x: InputTensor[dtype=F32, rank=2, ...],
         codes: InputTensor[dtype=DType.int8, rank=2, ...],
@@ -374,15 +391,21 @@ struct FewRowsMatmulQ8_0:
         var xc = alloc[Int32](M * K // P * 16)
         prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
+        comptime I = resolved(isa)
+        comptime R1 = q8_0_tile_rows(I, 1)  # weight rows per call, one input row
+        comptime MB = q8_0_tile_inputs(I)  # input rows per call, several
+        comptime RM = q8_0_tile_rows(I, MB)
+
         def work(start: Int, end: Int) {var M, var K, var N, var xq, var xs, var xc, var qp, var dp, var y}:
             for t in range(start, end):
                 var m = 0
-                while m + 4 <= M:
-                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
-                    tile_q8_0[ROWS // 2, 4](xq, xs, xc, qp, dp, y, K, N, t, ROWS // 2, m)
-                    m += 4
+                while m + MB <= M:
+                    comptime for i0 in range(0, ROWS, RM):
+                        tile_q8_0[I, RM, MB](xq, xs, xc, qp, dp, y, K, N, t, i0, m)
+                    m += MB
                 while m < M:
-                    tile_q8_0[ROWS, 1](xq, xs, xc, qp, dp, y, K, N, t, 0, m)
+                    comptime for i0 in range(0, ROWS, R1):
+                        tile_q8_0[I, R1, 1](xq, xs, xc, qp, dp, y, K, N, t, i0, m)
                     m += 1
 
         deal(work, tiles, TILE_CHUNK)  # tiles dealt a chunk at a time, as in the f32 op

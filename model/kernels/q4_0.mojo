@@ -3,26 +3,31 @@
 #
 #   few_rows_matmul_q4_0   x [M, K] f32, W [Npad, K / 32 * 18] uint8 -> y [M, N] f32
 #                          (Npad = N rounded up to 32; rows past N are zeros)
+#                          parameters: isa (isa.mojo), band (rows per band)
 #
 # The layout is MAX's (`matmul_qint4_pack_b` in MAX's quantization package;
 # model/quantize.py's pack_q4_0 writes it in numpy, once per checkpoint):
-# per band of 32 output rows, per group of 32 weights along K, 576 bytes:
-# the 32 rows' float16 scales, then 4 chunks of 32 rows x 4 bytes, where
+# per band of B output rows, per group of 32 weights along K, 18 * B bytes:
+# the B rows' float16 scales, then 4 chunks of B rows x 4 bytes, where
 # chunk j's byte t of a row holds codes 8j+t (low nibble) and 8j+4+t (high).
-# So a band is one contiguous stream, and one 64-byte load holds 4 codes of
-# 16 rows: with the input's 4 codes broadcast, one vpdpbusd is 64 products
-# into 16 rows (`dot4`). A weight is (code - 8) * d; the -8 is taken out
-# with the input block's code sum (the accumulators start at -8 * sum).
+# B is twice the target's float32 vector width in MAX's kernel: 32 with
+# AVX-512, 16 with AVX2, 8 on Arm's NEON. So a band is one contiguous
+# stream, and one vector of bytes holds 4 codes of vector-bytes / 4 rows:
+# with the input's 4 codes broadcast, one 8-bit dot product (isa.mojo's
+# dot4) is 4 products into each of those rows. A weight is (code - 8) * d;
+# the -8 is taken out with the input block's code sum (the accumulators
+# start at -8 * sum).
 #
-# Why an op of our own: MAX's F.qmatmul runs this kernel for one row at
-# ~19 GB/s here, with no prefetch, and cannot take the bias add, gelu or
-# residual add that follow into itself (each a kernel of its own). This op
-# streams each band with a software prefetch (as the Q8_0 tiles do), and its
-# output is a fused output, so MAX folds what follows into it. For more
-# than one input row (a prompt) it calls MAX's own Q4_0 matmul from inside
-# the op (same layout): that kernel unpacks the codes once per batch of K
-# and reuses them across input rows, 2-3x faster than this project's tiles
-# were for 16-128 rows. `python -m bench.kernels` measures both.
+# Why an op of our own: MAX's F.qmatmul runs this kernel for one row with
+# no prefetch, and cannot take the bias add, gelu or residual add that
+# follow into itself (each a kernel of its own). This op streams each band
+# with a software prefetch (as the Q8_0 tiles do), and its output is a
+# fused output, so MAX folds what follows into it. For more than one input
+# row (a prompt) it calls MAX's own Q4_0 matmul from inside the op when the
+# weights are in the band MAX's kernel reads on this target (it unpacks the
+# codes once per batch of K and reuses them across input rows); in any other
+# band it runs its own band kernel per row, so a layout packed for another
+# CPU still gives right answers. `python -m bench.kernels` measures both.
 
 import extensibility
 from extensibility import InputTensor
@@ -31,15 +36,17 @@ from layout import TileTensor, row_major
 from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
 from quantization.qmatmul import matmul_qint4
-from std.memory import alloc, bitcast
+from std.math import ceildiv
+from std.memory import alloc, bitcast, stack_allocation
+from std.sys.info import simd_width_of
 from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
 
-from .matmul import F32, Q, TASKS, deal, dot4, flush, q8_0_block
+from .isa import dot4_32, dot4_64, resolved, vector_bytes
+from .matmul import F32, Q, TASKS, deal, flush, q8_0_block
 
-comptime BAND = 32  # output rows per band (MAX's layout)
-comptime BAND_CHUNK = 4  # bands a core takes at a time
-comptime GROUP_BYTES = 2 * BAND + BAND * Q // 2  # 576: 32 float16 scales, then 32 rows x 16 bytes of codes
+comptime BAND_CHUNK = 4  # bands a core takes at a time (of 32 rows; more of fewer rows)
+comptime MAX_BAND = 2 * simd_width_of[F32]()  # the band MAX's own Q4_0 kernel reads on this target
 # Groups ahead that a band prefetches its stream (the Q8_0 tiles' QPF, whose
 # 8 steps ahead are 4 KB; here 8 groups are 4.5 KB). Intel Xeon, a decode
 # step's 49 matmuls, one row (`python -m bench.kernels --step --rows 1
@@ -50,52 +57,81 @@ comptime Q4PF = 8
 
 
 @always_inline
-def band_q4_0(
+def nibble_dots[isa: Int, VB: Int, L: Int](
+    acc: SIMD[DType.int32, L], w: SIMD[DType.uint8, VB], lo: SIMD[DType.int8, VB], hi: SIMD[DType.int8, VB]
+) -> SIMD[DType.int32, L]:
+    """acc + the dot products of w's low nibbles with lo and its high nibbles
+    with hi, 4 bytes a lane (isa.mojo's dot4). The codes are 0..15: no pair
+    of products leaves int16 on AVX2."""
+    comptime if VB == 64:
+        var w64 = rebind[SIMD[DType.uint8, 64]](w)
+        var a = dot4_64[isa](rebind[SIMD[DType.int32, 16]](acc), w64 & 15, rebind[SIMD[DType.int8, 64]](lo))
+        return rebind[SIMD[DType.int32, L]](dot4_64[isa](a, w64 >> 4, rebind[SIMD[DType.int8, 64]](hi)))
+    else:
+        comptime assert VB == 32, "vectors of 32 or 64 bytes"
+        var w32 = rebind[SIMD[DType.uint8, 32]](w)
+        var a = dot4_32[isa](rebind[SIMD[DType.int32, 8]](acc), w32 & 15, rebind[SIMD[DType.int8, 32]](lo))
+        return rebind[SIMD[DType.int32, L]](dot4_32[isa](a, w32 >> 4, rebind[SIMD[DType.int8, 32]](hi)))
+
+
+def group_bytes(band: Int) -> Int:
+    """Bytes per group of 32 weights of a band: its float16 scales, then its rows' 16 bytes of codes."""
+    return 2 * band + band * Q // 2
+
+
+@always_inline
+def band_q4_0[isa: Int, band: Int](
     xw: UnsafePointer[Int32, _], xd: UnsafePointer[Float32, _], xc: UnsafePointer[Int32, _],
-    bp: UnsafePointer[UInt8, _], y: FusedOutputTensor[dtype=F32, rank=2, ...], G: Int, N: Int, band: Int,
+    bp: UnsafePointer[UInt8, _], y: FusedOutputTensor[dtype=F32, rank=2, ...], G: Int, N: Int, b: Int, m: Int,
 ):
-    """y[0, band * 32 : +32] for one input row: xw its Q8_0 codes as words
-    of 4, xd each block's scale, xc each block's -8 * (sum of its codes)."""
-    var acc0 = SIMD[F32, 16](0)  # rows 0-15 of the band
-    var acc1 = SIMD[F32, 16](0)  # rows 16-31
+    """y[m, b * band : +band] for one input row m: xw its Q8_0 codes as words
+    of 4, xd each block's scale, xc each block's -8 * (sum of its codes).
+    A vector of bytes holds 4 codes of L rows (L = vector bytes / 4, at
+    most the band), so a band is `band / L` vectors per chunk."""
+    comptime VB = 64 if vector_bytes(isa) >= 64 and band >= 16 else 32  # bytes per vector
+    comptime L = VB // 4  # rows per vector
+    comptime VECS = band // L
+    comptime GB = group_bytes(band)
+    var acc = stack_allocation[band, Float32]()
+    var dots = stack_allocation[band, Int32]()
+    comptime for v in range(VECS):
+        acc.store(v * L, SIMD[F32, L](0))
     for g in range(G):
-        var at = band * G + g
-        var gp = bp + at * GROUP_BYTES
-        comptime for line in range(GROUP_BYTES // 64):
-            prefetch[PrefetchOptions().for_read().high_locality()](bp + (at + Q4PF) * GROUP_BYTES + line * 64)
-        var i0 = SIMD[DType.int32, 16](xc[g])
-        var i1 = i0
+        var at = b * G + g
+        var gp = bp + at * GB
+        comptime for line in range(ceildiv(GB, 64)):
+            prefetch[PrefetchOptions().for_read().high_locality()](bp + (at + Q4PF) * GB + line * 64)
+        comptime for v in range(VECS):
+            dots.store(v * L, SIMD[DType.int32, L](xc[g]))
         comptime for j in range(4):
-            var lo = bitcast[DType.int8, 64](SIMD[DType.int32, 16](xw[g * 8 + 2 * j]))  # input codes 8j..8j+3
-            var hi = bitcast[DType.int8, 64](SIMD[DType.int32, 16](xw[g * 8 + 2 * j + 1]))  # 8j+4..8j+7
-            var w0 = gp.load[width=64](2 * BAND + j * 128)
-            var w1 = gp.load[width=64](2 * BAND + j * 128 + 64)
-            i0 = dot4(dot4(i0, w0 & 15, lo), w0 >> 4, hi)
-            i1 = dot4(dot4(i1, w1 & 15, lo), w1 >> 4, hi)
-        var d = bitcast[DType.float16, 32](gp.load[width=64](0)).cast[F32]() * xd[g]
-        acc0 = i0.cast[F32]().fma(d.slice[16, offset=0](), acc0)
-        acc1 = i1.cast[F32]().fma(d.slice[16, offset=16](), acc1)
-    var row = band * BAND
-    if row + BAND <= N:
-        y._fused_store[16, 2](IndexList[2](0, row), acc0)
-        y._fused_store[16, 2](IndexList[2](0, row + 16), acc1)
+            var lo = bitcast[DType.int8, VB](SIMD[DType.int32, L](xw[g * 8 + 2 * j]))  # input codes 8j..8j+3
+            var hi = bitcast[DType.int8, VB](SIMD[DType.int32, L](xw[g * 8 + 2 * j + 1]))  # 8j+4..8j+7
+            comptime for v in range(VECS):
+                var w = gp.load[width=VB](2 * band + j * 4 * band + v * VB)
+                dots.store(v * L, nibble_dots[isa, VB, L](dots.load[width=L](v * L), w, lo, hi))
+        comptime for v in range(VECS):
+            var d = gp.bitcast[Float16]().load[width=L](v * L).cast[F32]() * xd[g]
+            acc.store(v * L, dots.load[width=L](v * L).cast[F32]().fma(d, acc.load[width=L](v * L)))
+    var row = b * band
+    if row + band <= N:
+        comptime for v in range(VECS):
+            y._fused_store[L, 2](IndexList[2](m, row + v * L), acc.load[width=L](v * L))
     else:  # the last band: its padding rows are not outputs
-        comptime for l in range(16):
-            if row + l < N:
-                y._fused_store[1, 2](IndexList[2](0, row + l), SIMD[F32, 1](acc0[l]))
-            if row + 16 + l < N:
-                y._fused_store[1, 2](IndexList[2](0, row + 16 + l), SIMD[F32, 1](acc1[l]))
+        for l in range(N - row):
+            y._fused_store[1, 2](IndexList[2](m, row + l), acc.load[width=1](l))
 
 
 @extensibility.register("few_rows_matmul_q4_0")
 struct FewRowsMatmulQ4_0:
     @staticmethod
-    def execute[target: StaticString](
+    def execute[target: StaticString, isa: Int, band: Int](
         y: FusedOutputTensor[dtype=F32, rank=2, ...],
         x: InputTensor[dtype=F32, rank=2, ...],
         w: InputTensor[dtype=DType.uint8, rank=2, ...],
         ctx: DeviceContext,
     ) raises:
+        comptime assert band == 8 or band == 16 or band == 32, "bands of 8, 16 or 32 rows"
+        comptime I = resolved(isa)
         var M = x.dim_size(0)
         var K = x.dim_size(1)
         var N = y.dim_size(1)
@@ -103,38 +139,40 @@ struct FewRowsMatmulQ4_0:
         var bp = w.unsafe_ptr()
         if M == 0:
             return
-        if M > 1:  # a prompt: MAX's Q4_0 matmul into a scratch, then through y's fused store
-            var c = alloc[Float32](M * padded)
-            matmul_qint4[32](x.to_tile_tensor[DType.int64](), w.to_tile_tensor[DType.int64](),
-                             TileTensor(c, row_major((M, padded))))
+        comptime if band == MAX_BAND:
+            if M > 1:  # a prompt: MAX's Q4_0 matmul into a scratch, then through y's fused store
+                var c = alloc[Float32](M * padded)
+                matmul_qint4[32](x.to_tile_tensor[DType.int64](), w.to_tile_tensor[DType.int64](),
+                                 TileTensor(c, row_major((M, padded))))
 
-            def copy(t: Int) {var M, var N, var padded, var c, var y}:
-                var per = (M + TASKS - 1) // TASKS
-                flush(y, c, padded, t * per, min(t * per + per, M), 0, N)
+                def copy(t: Int) {var M, var N, var padded, var c, var y}:
+                    var per = (M + TASKS - 1) // TASKS
+                    flush(y, c, padded, t * per, min(t * per + per, M), 0, N)
 
-            parallelize(copy, TASKS)
-            c.free()
-            return
-        # One row: its Q8_0 codes (as llama.cpp and MAX's kernel round it),
+                parallelize(copy, TASKS)
+                c.free()
+                return
+        # Each row's Q8_0 codes (as llama.cpp and MAX's kernel round them),
         # each block's scale, and -8 times each block's code sum.
         var G = K // Q
-        var xq = alloc[Int8](K)
-        var xd = alloc[Float32](G)
-        var xc = alloc[Int32](G)
+        var xq = alloc[Int8](M * K)
+        var xd = alloc[Float32](M * G)
+        var xc = alloc[Int32](M * G)
         var xp = x.unsafe_ptr()
-        for g in range(G):
+        for g in range(M * G):
             var block = q8_0_block(xp.load[width=Q](g * Q))
             xq.store(g * Q, block[0])
             xd[g] = block[1]
             xc[g] = -8 * block[0].cast[DType.int32]().reduce_add()
         var xw = xq.bitcast[Int32]()
-        var bands = padded // BAND
+        var bands = padded // band
 
-        def work(start: Int, end: Int) {var G, var N, var xw, var xd, var xc, var bp, var y}:
-            for band in range(start, end):
-                band_q4_0(xw, xd, xc, bp, y, G, N, band)
+        def work(start: Int, end: Int) {var M, var K, var G, var N, var xw, var xd, var xc, var bp, var y}:
+            for b in range(start, end):
+                for m in range(M):
+                    band_q4_0[I, band](xw + m * (K // 4), xd + m * G, xc + m * G, bp, y, G, N, b, m)
 
-        deal(work, bands, BAND_CHUNK)  # bands dealt BAND_CHUNK at a time, as in matmul.mojo's ops
+        deal(work, bands, BAND_CHUNK * (32 // band))  # as many rows a take as 4 bands of 32
         xq.free()
         xd.free()
         xc.free()
