@@ -32,15 +32,21 @@ def peak() -> dict[int, float]:
     return {int(tasks): float(rate) for tasks, rate, _ in (line.split() for line in out.splitlines())}
 
 
+def report(figures: dict[int, float]) -> str:
+    """The printed lines for ``peak()``'s figures: each rate, then the time a
+    16-token prompt's multiply-adds take at the best of them."""
+    lines = [f"float32 multiply-adds, {tasks} core{'s' if tasks > 1 else ''}: {rate:.1f} G/s"
+             for tasks, rate in figures.items()]
+    best = max(figures.values())
+    lines.append(f"=> GPT-2 124M's 16-token prompt ({PROMPT_16 / 1e9:.2f} G multiply-adds in its blocks) needs at "
+                 f"least {PROMPT_16 / best / 1e6:.1f} ms of arithmetic at that peak")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.arithmetic", description=__doc__.split("\n\n")[0])
     p.parse_args(argv)
-    figures = peak()
-    for tasks, rate in figures.items():
-        print(f"float32 multiply-adds, {tasks} core{'s' if tasks > 1 else ''}: {rate:.1f} G/s")
-    best = max(figures.values())
-    print(f"=> GPT-2 124M's 16-token prompt ({PROMPT_16 / 1e9:.2f} G multiply-adds in its blocks) needs at least "
-          f"{PROMPT_16 / best / 1e6:.1f} ms of arithmetic at that peak")
+    print(report(peak()))
     return 0
 
 

@@ -26,6 +26,8 @@ import functools
 import os
 import platform
 
+from model.device import DeviceError
+
 ENV = "GPT2_MAX_KERNEL_PATH"
 # The op parameter each path passes (model/kernels/isa.mojo's AUTO, AVX512_VNNI, AVX2, PORTABLE).
 PATHS = {"auto": 0, "avx512-vnni": 1, "avx2": 2, "portable": 3}
@@ -33,7 +35,7 @@ PATHS = {"auto": 0, "avx512-vnni": 1, "avx2": 2, "portable": 3}
 NEEDS = {"avx512-vnni": ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"), "avx2": ("avx2", "fma"), "portable": ()}
 
 
-class KernelPathError(Exception):
+class KernelPathError(DeviceError):
     """A kernel path this CPU cannot execute; one line for the user."""
 
 

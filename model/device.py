@@ -7,7 +7,11 @@ norm into a CPU kernel that fails to compile in bf16 (its epsilon must be
 float32), and CPUs without AVX512-BF16 ran bf16 matmuls 5x slower than fp32.
 ``--dtype q8_0``, ``q6_k`` and ``q4_0`` are the CPU's reduced precisions
 instead: 8-, 6- or 4-bit weights (GGUF Q8_0 / Q6_K / Q4_0, see
-model/quantize.py) with float32 activations, CPU only.
+model/quantize.py) with float32 activations, CPU only. Every precision runs
+right on every x86-64 CPU (AVX-512 or AVX2 only) and on Arm: the kernels
+pick their instructions from the CPU (model/cpu.py), and a kernel path
+forced with ``GPT2_MAX_KERNEL_PATH`` that the CPU cannot execute is refused
+with one line naming the missing feature.
 """
 
 from __future__ import annotations
@@ -74,4 +78,8 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
                           "on a GPU use bfloat16 or float32")
     if dtype == "auto":
         dtype = "bfloat16" if kind == "gpu" else "float32"
+    if kind == "cpu":
+        from model.cpu import kernel_path
+
+        kernel_path()  # a forced kernel path ($GPT2_MAX_KERNEL_PATH) this CPU cannot execute is refused here
     return Placement(kind, dtype)

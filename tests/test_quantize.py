@@ -147,3 +147,28 @@ def test_float32_equals_hugging_face_on_the_trained_checkpoint():
     folder, _, ref = reference("trained-bytes")
     gpt2 = load_gpt2(folder, device="cpu", with_tokenizer=False)
     assert np.abs(gpt2.forward_logits(ref["ids"]) - ref["logits"]).max() <= 1e-4
+
+
+@pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
+def test_another_kernel_path_writes_the_same_demo_text(dtype, monkeypatch):
+    # Issue 39: on an AVX2-only CPU q4_0 wrote "!!!!" (MAX's Q4_0 kernel read
+    # blocks packed for AVX-512). The demo's greedy continuation on this CPU's
+    # own path and on another it can run (AVX2 where this CPU has AVX-512,
+    # portable where it has AVX2 only): the same tokens, logits within float
+    # rounding (the 8-bit dot products are exact integers on every path).
+    from checkpoints import demo_reference
+
+    from model import cpu
+    from model.gpt2 import load_gpt2
+    from weights import resolve_model
+
+    other = next(p for p in ("avx2", "portable") if p != cpu.native_path() and not cpu.missing(p))
+    ref = demo_reference()
+    runs = {}
+    for path in ("auto", other):
+        monkeypatch.setenv(cpu.ENV, path)
+        gpt2 = load_gpt2(resolve_model("demo"), device="cpu", dtype=dtype, with_tokenizer=False)
+        runs[path] = gpt2.forward_logits(ref["ids"]), greedy(gpt2, ref["prompt"], 12)[0][0].tolist()
+    (auto_logits, auto_tokens), (other_logits, other_tokens) = runs["auto"], runs[other]
+    assert other_tokens == auto_tokens and 0 not in auto_tokens  # token 0 is "!"
+    assert np.abs(other_logits - auto_logits).max() <= 1e-3 * np.abs(auto_logits).max()

@@ -1,0 +1,74 @@
+"""model/cpu.py: which kernel path a CPU runs, which it can, and the refusal
+of one it cannot (issue 39: on an AVX2-only AMD EPYC, q4_0 wrote "!!!!")."""
+
+from __future__ import annotations
+
+import pytest
+
+from model import cpu
+from model.device import DeviceError, choose
+
+# /proc/cpuinfo flags of the two machine kinds this project met (abridged).
+XEON = frozenset("fma avx avx2 f16c avx512f avx512dq avx512bw avx512vl avx512_vnni avx512_bf16".split())
+EPYC = frozenset("fma avx avx2 f16c bmi1 bmi2".split())  # AMD EPYC, cpu family 25 model 1: no AVX-512
+
+
+@pytest.fixture
+def x86(monkeypatch):
+    monkeypatch.setattr(cpu, "is_x86", lambda: True)
+
+
+def test_each_cpu_gets_its_own_path_and_q4_0_band(x86):
+    assert cpu.native_path(XEON) == "avx512-vnni" and cpu.q4_0_band(XEON) == 32
+    assert cpu.native_path(EPYC) == "avx2" and cpu.q4_0_band(EPYC) == 16
+    assert cpu.native_path(frozenset({"sse4_2"})) == "portable"
+    # AVX-512 without VNNI (Skylake-X) takes the AVX2 path; MAX's Q4_0 kernel still reads bands of 32 there.
+    skylake = XEON - {"avx512_vnni"}
+    assert cpu.native_path(skylake) == "avx2" and cpu.q4_0_band(skylake) == 32
+
+
+def test_a_path_the_cpu_cannot_execute_is_refused_naming_the_feature(x86, monkeypatch):
+    monkeypatch.setattr(cpu, "flags", lambda: EPYC)
+    assert cpu.missing("avx512-vnni") == ["avx512f", "avx512bw", "avx512vl", "avx512_vnni"]
+    assert cpu.missing("avx2") == [] and cpu.missing("portable") == []
+    assert cpu.runnable_paths() == ["avx2", "portable"]
+    assert cpu.kernel_path("avx2") == "avx2"
+    monkeypatch.setenv(cpu.ENV, "avx512-vnni")
+    with pytest.raises(cpu.KernelPathError) as refused:
+        cpu.kernel_path()
+    message = str(refused.value)
+    assert "\n" not in message and "GPT2_MAX_KERNEL_PATH=avx512-vnni" in message and "avx512_vnni" in message
+    # The app meets it where it chooses the device: before anything loads.
+    with pytest.raises(DeviceError, match="lacks avx512f"):
+        choose("cpu", "q4_0")
+
+
+def test_an_unknown_path_is_refused(monkeypatch):
+    monkeypatch.setenv(cpu.ENV, "avx9")
+    with pytest.raises(DeviceError, match="choose one of auto, avx512-vnni, avx2, portable"):
+        choose("cpu", "float32")
+
+
+def test_the_path_numbers_are_the_kernels_own():
+    # isa.mojo's AUTO, AVX512_VNNI, AVX2 and PORTABLE: the op parameter each path passes.
+    import re
+
+    from model.fast_linear import KERNELS
+
+    source = (KERNELS / "isa.mojo").read_text()
+    numbers = {name: int(n) for name, n in re.findall(r"^comptime (\w+) = (\d+)$", source, re.M)}
+    assert numbers == {"AUTO": cpu.PATHS["auto"], "AVX512_VNNI": cpu.PATHS["avx512-vnni"],
+                       "AVX2": cpu.PATHS["avx2"], "PORTABLE": cpu.PATHS["portable"]}
+
+
+def test_a_saved_graph_is_named_for_the_cpu_it_was_compiled_on(monkeypatch):
+    # A graph compiled for AVX-512 must not be found by an AVX2 machine that shares the cache folder.
+    from model import saved_graphs
+    from model.device import Placement
+    from solutions.solution_01 import GPT2Config
+
+    config, placement = GPT2Config(n_layer=2), Placement("cpu", "q4_0")
+    monkeypatch.setattr(cpu, "describe", lambda: "x86_64 avx512-vnni q4_0-band-32")
+    xeon = saved_graphs.graph_name("solutions", config, placement, {})
+    monkeypatch.setattr(cpu, "describe", lambda: "x86_64 avx2 q4_0-band-16")
+    assert saved_graphs.graph_name("solutions", config, placement, {}) != xeon
