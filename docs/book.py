@@ -96,6 +96,8 @@ def write_pages(book: Path = BOOK) -> None:
         text = relinked(page.read_text(), [
             (r"\]\(\.\./README\.md", "](index.md"),
             (r"\]\(\.\./weights/demo/MODEL_CARD\.md", "](model-card.md"),
+            # A link to a source file (../model/cpu.py) has no page in the book: its path as code.
+            (r"\[([^\]]+)\]\(\.\./([^)#\s]+)(#[^)\s]*)?\)", r"\1 (`\2`)"),
         ])
         (book / page.name).write_text(text)
     card = (ROOT / "weights" / "demo" / "MODEL_CARD.md").read_text()
