@@ -1,0 +1,120 @@
+"""The course as a book: generate its pages, then run mkdocs on them.
+
+    python docs/book.py                       # only write the pages into build/book
+    python docs/book.py serve                 # pixi run docs: write them, then `mkdocs serve`
+    python docs/book.py build --strict        # pixi run docs-build: write them, then `mkdocs build --strict`
+
+Nothing here is a second copy of the text: each step's page is made from the module
+docstring of solutions/solution_NN.py (the text steps/step_NN.py carries too), the
+front page from README.md, the other pages from docs/*.md and the demo's model card,
+with their links rewritten for the book's layout. The pages go to build/book (ignored
+by git; mkdocs.yml reads them from there), the site to build/site.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK = ROOT / "build" / "book"
+STEPS = [f"{n:02d}" for n in range(1, 17)]
+
+# Pages written elsewhere that a link may name before they land on this branch: the book
+# gets a stub for them, so that its strict build does not depend on another branch's work.
+PENDING = {"cpu.md": "CPU support: the kernels' paths and `GPT2_MAX_KERNEL_PATH` (page being written)."}
+
+
+def code(text: str) -> str:
+    """reST's ``literal`` as Markdown's `literal`."""
+    return re.sub(r"``(.+?)``", r"`\1`", text)
+
+
+def step_page(step: str) -> str:
+    """Markdown for one step, from the docstring of its solution."""
+    source = (ROOT / "solutions" / f"solution_{step}.py").read_text()
+    lines = ast.get_docstring(ast.parse(source)).splitlines()
+    title, body = lines[0].rstrip("."), lines[1:]
+    out = [f"# {code(title)}", ""]
+    fence = False
+    for i, line in enumerate(body):
+        nxt = body[i + 1] if i + 1 < len(body) else ""
+        if line and not line.startswith(" ") and nxt.startswith("    "):
+            out += (["```", ""] if fence else []) + [f"## {line}", ""]
+            fence = False
+            continue
+        text = line[4:] if line.startswith("    ") else line
+        deeper = text.startswith("    ") or bool(re.search(r"\S  +\S", text))  # a diagram, aligned math
+        if deeper and not fence:
+            out.append("```text")
+            fence = True
+        elif fence and text and not deeper:
+            while out[-1] == "":
+                out.pop()
+            out += ["```", ""]
+            fence = False
+        if fence:
+            out.append(text[4:] if text.startswith("    ") else text)
+        else:
+            text = re.sub(r"docs/(pytorch-to-max\.md)(#[\w-]+)?", r"[\1\2](../\1\2)", code(text))
+            out.append(text)
+    if fence:
+        out.append("```")
+    out += [
+        "",
+        "## Your turn",
+        "",
+        f"Fill in the TODOs of `steps/step_{step}.py`, look at what it does with "
+        f"`pixi run show {step}`, then check it with `pixi run s{step}`.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def relinked(text: str, rules: list[tuple[str, str]]) -> str:
+    for pattern, replacement in rules:
+        text = re.sub(pattern, replacement, text)
+    return text
+
+
+def write_pages(book: Path = BOOK) -> None:
+    if book.exists():
+        shutil.rmtree(book)
+    (book / "steps").mkdir(parents=True)
+    for step in STEPS:
+        (book / "steps" / f"step-{step}.md").write_text(step_page(step))
+    readme = (ROOT / "README.md").read_text()
+    (book / "index.md").write_text(
+        relinked(readme, [(r"\]\(docs/", "]("), (r"\]\(weights/demo/MODEL_CARD\.md", "](model-card.md")])
+    )
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        text = relinked(page.read_text(), [
+            (r"\]\(\.\./README\.md", "](index.md"),
+            (r"\]\(\.\./weights/demo/MODEL_CARD\.md", "](model-card.md"),
+            # A link to a source file (../model/cpu.py) has no page in the book: its path as code.
+            (r"\[([^\]]+)\]\(\.\./([^)#\s]+)(#[^)\s]*)?\)", r"\1 (`\2`)"),
+        ])
+        (book / page.name).write_text(text)
+    card = (ROOT / "weights" / "demo" / "MODEL_CARD.md").read_text()
+    (book / "model-card.md").write_text(relinked(card, [(r"\]\(\.\./\.\./docs/", "](")]))
+    for name, line in PENDING.items():
+        if not (book / name).exists():
+            (book / name).write_text(f"# {name}\n\n{line}\n")
+
+
+def main(argv: list[str]) -> int:
+    write_pages()
+    if not argv:
+        print(f"book pages written to {BOOK.relative_to(ROOT)}")
+        return 0
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its successor
+    return subprocess.run([sys.executable, "-m", "mkdocs", *argv], cwd=ROOT, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
