@@ -25,11 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "build" / "book"
 STEPS = [f"{n:02d}" for n in range(1, 17)]
 
-# Pages written elsewhere that a link may name before they land on this branch: the book
-# gets a stub for them, so that its strict build does not depend on another branch's work.
-PENDING = {"cpu.md": "CPU support: the kernels' paths and `GPT2_MAX_KERNEL_PATH` (page being written)."}
-
-
 def code(text: str) -> str:
     """reST's ``literal`` as Markdown's `literal`."""
     return re.sub(r"``(.+?)``", r"`\1`", text)
@@ -102,9 +97,6 @@ def write_pages(book: Path = BOOK) -> None:
         (book / page.name).write_text(text)
     card = (ROOT / "weights" / "demo" / "MODEL_CARD.md").read_text()
     (book / "model-card.md").write_text(relinked(card, [(r"\]\(\.\./\.\./docs/", "](")]))
-    for name, line in PENDING.items():
-        if not (book / name).exists():
-            (book / name).write_text(f"# {name}\n\n{line}\n")
 
 
 def main(argv: list[str]) -> int:
