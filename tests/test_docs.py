@@ -4,9 +4,12 @@ them), and the README stays a page a newcomer reads in ten minutes."""
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -75,3 +78,93 @@ def test_step_pages_come_from_the_solutions_docstrings():
         page = book.step_page(step)
         assert page.startswith(f"# Step {step}") or page.startswith(f"# Bonus step {int(step)}"), page[:60]
         assert f"pixi run s{step}" in page
+
+
+# --- The README's shell commands run as written -------------------------------------------
+
+PYTHONS = ("python", "python3", "python3.13")
+
+
+def readme_commands(text: str) -> list[list[str]]:
+    """Each command of the README's ```sh / ```bash blocks as argv (comments and `\\`
+    line continuations handled the way a shell would, by shlex)."""
+    commands, language, pending = [], None, ""
+    for line in text.splitlines():
+        if line.startswith("```"):
+            language = None if language is not None else line[3:].strip()
+            continue
+        if language not in ("sh", "bash"):
+            continue
+        pending += line
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        if argv := shlex.split(pending, comments=True):
+            commands.append(argv)
+        pending = ""
+    return commands
+
+
+def pixi_tasks() -> dict[str, str]:
+    with open(ROOT / "pixi.toml", "rb") as f:
+        table = tomllib.load(f)["tasks"]
+    return {name: spec if isinstance(spec, str) else spec["cmd"] for name, spec in table.items()}
+
+
+def in_repo(module: str) -> bool:
+    path = ROOT / module.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
+
+
+def module_help(module: str) -> subprocess.CompletedProcess:
+    """`python -m module --help` run here (each takes under 3 s: argparse before any MAX work)."""
+    return subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))
+
+
+def command_problem(argv: list[str], tasks: dict[str, str]) -> str | None:
+    """Why a README command would not run as written, or None when it would."""
+    if argv[0] == "curl" or argv[:2] == ["git", "clone"]:
+        return None
+    if argv[:2] == ["pixi", "run"] or (argv[0] in PYTHONS and argv[1:2] == ["tasks.py"]):
+        task, args = argv[2], argv[3:]
+        if task not in tasks:
+            return f"no task {task!r} in pixi.toml's [tasks]"
+        module = re.fullmatch(r"python -m ([\w.]+)", tasks[task])
+        if module is None or not in_repo(module[1]):  # `max ...`, pytest: not this repository's to check
+            return None
+        argv = ["python", "-m", module[1], *args]  # the task runs our module: check its options too
+    if argv[0] in PYTHONS and argv[1:2] == ["-m"]:
+        module, options = argv[2], [a.split("=")[0] for a in argv[3:] if a.startswith("--")]
+        if not in_repo(module):
+            return f"no module {module} in this repository"
+        done = module_help(module)
+        if done.returncode != 0:
+            return f"`python -m {module} --help` exits {done.returncode}: {done.stderr[-300:]}"
+        unknown = [o for o in options if not re.search(rf"{re.escape(o)}\b", done.stdout)]
+        return f"`python -m {module} --help` lists no {', '.join(unknown)}" if unknown else None
+    return "neither a pixi task, `python3.13 tasks.py TASK`, `python -m MODULE`, curl nor git clone"
+
+
+def test_readme_commands_run_as_written():
+    commands = readme_commands((ROOT / "README.md").read_text())
+    assert ["pixi", "run", "s01"] in commands and any(c[0] == "curl" for c in commands), commands
+    tasks = pixi_tasks()
+    problems = [f"{shlex.join(c)}: {p}" for c in commands if (p := command_problem(c, tasks))]
+    assert not problems, "README commands that would not run:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("command, problem", [
+    ("pixi run s99", "no task 's99'"),
+    ("python3.13 tasks.py docs-serve", "no task 'docs-serve'"),
+    ("python -m checker.nothing --help", "no module checker.nothing"),
+    ("pixi run generate --model demo --temprature 0", "lists no --temprature"),
+    ("make test", "neither"),
+])
+def test_a_wrong_readme_command_is_named(command, problem):
+    assert problem in command_problem(shlex.split(command), pixi_tasks())
+
+
+def test_readme_commands_parse_like_a_shell():
+    text = "```sh\npixi run s01   # check it\ncurl -s x \\\n  -d '{\"a\": 1}'\n```\n```\n$ not shell\n```\n"
+    assert readme_commands(text) == [["pixi", "run", "s01"], ["curl", "-s", "x", "-d", '{"a": 1}']]
