@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # checker/ draws the steps' pictures
 BOOK = ROOT / "build" / "book"
 STEPS = [f"{n:02d}" for n in range(1, 17)]
 
@@ -60,6 +61,7 @@ def step_page(step: str) -> str:
             out.append(text)
     if fence:
         out.append("```")
+    out += ["", "## What it computes", "", picture_line(step)]
     out += [
         "",
         "## Your turn",
@@ -69,6 +71,27 @@ def step_page(step: str) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def picture_line(step: str) -> str:
+    """The step's picture (drawn by write_pages beside the page), or one line saying it has none."""
+    from checker.pictures import PICTURES
+
+    if step not in PICTURES:
+        return f"This step has no matrix to draw: `pixi run show {step}` prints its values."
+    name = PICTURES[step][1]
+    return (f"![The solution's {name}](step-{step}.png)\n\n"
+            f"The solution's {name}, as `pixi run show {step} --png FILE` draws it beside yours.")
+
+
+def draw_pictures(folder: Path) -> None:
+    """step-NN.png for every step with a matrix: the solution's, from the numpy oracle
+    (milliseconds; running the solution on MAX would compile kernels on a fresh machine)."""
+    from checker.pictures import PICTURES
+    from checker.show import draw
+
+    for step, (matrix, name) in PICTURES.items():
+        draw({"solution": matrix()}, name, folder / f"step-{step}.png")
 
 
 def relinked(text: str, rules: list[tuple[str, str]]) -> str:
@@ -83,6 +106,7 @@ def write_pages(book: Path = BOOK) -> None:
     (book / "steps").mkdir(parents=True)
     for step in STEPS:
         (book / "steps" / f"step-{step}.md").write_text(step_page(step))
+    draw_pictures(book / "steps")
     readme = (ROOT / "README.md").read_text()
     (book / "index.md").write_text(
         relinked(readme, [(r"\]\(docs/", "]("), (r"\]\(weights/demo/MODEL_CARD\.md", "](model-card.md")])
