@@ -31,6 +31,17 @@ def code(text: str) -> str:
     return re.sub(r"``(.+?)``", r"`\1`", text)
 
 
+def pytorch_link(match: re.Match) -> str:
+    """docs/pytorch-to-max.md#masking-with--inf as a link named by its heading, "Masking with -inf"."""
+    from pymdownx.slugs import slugify  # mkdocs.yml's slugs: GitHub's
+
+    slug = slugify(case="lower")
+    page = (ROOT / "docs" / "pytorch-to-max.md").read_text()
+    titles = {slug(h, "-"): h for h in re.findall(r"^#+ (.*)$", page, flags=re.M)}
+    anchor = match[1] or ""
+    return f"[{titles.get(anchor[1:], 'MAX for PyTorch users')}](../pytorch-to-max.md{anchor})"
+
+
 def step_page(step: str) -> str:
     """Markdown for one step, from the docstring of its solution."""
     source = (ROOT / "solutions" / f"solution_{step}.py").read_text()
@@ -45,7 +56,7 @@ def step_page(step: str) -> str:
             fence = False
             continue
         text = line[4:] if line.startswith("    ") else line
-        deeper = text.startswith("    ") or bool(re.search(r"\S  +\S", text))  # a diagram, aligned math
+        deeper = text.startswith("    ") or bool(re.search(r"\S  +\S|-->", text))  # a diagram, aligned math
         if deeper and not fence:
             out.append("```text")
             fence = True
@@ -57,7 +68,7 @@ def step_page(step: str) -> str:
         if fence:
             out.append(text[4:] if text.startswith("    ") else text)
         else:
-            text = re.sub(r"docs/(pytorch-to-max\.md)(#[\w-]+)?", r"[\1\2](../\1\2)", code(text))
+            text = re.sub(r"docs/pytorch-to-max\.md(#[\w-]+)?", pytorch_link, code(text))
             out.append(text)
     if fence:
         out.append("```")
