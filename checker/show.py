@@ -272,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {solution.picture_name}, yours:")
         print(picture(learner.picture if learner.picture is not None else got))
         if args.png:
-            draw(np.asarray(learner.picture), np.asarray(solution.picture), solution.picture_name, args.png)
+            draw({"yours": np.asarray(learner.picture), "solution": np.asarray(solution.picture)},
+                 solution.picture_name, args.png)
             print(f"  wrote {args.png}")
     elif args.png:
         print("  (this step has no matrix to draw; --png ignored)")
@@ -281,17 +282,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-def draw(mine: np.ndarray, theirs: np.ndarray, title: str, out: Path) -> None:
+def draw(panels: dict[str, np.ndarray], title: str, out: Path) -> None:
+    """Each matrix side by side, titled "{name}: {title}"; -inf (hidden) left blank."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
-    for ax, m, name in zip(axes, (mine, theirs), ("yours", "solution")):
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False)
+    for ax, (name, m) in zip(axes[0], panels.items()):
         shown = np.where(np.isneginf(m), np.nan, m)
-        ax.imshow(shown, cmap="viridis")
+        wide = m.shape[1] > 4 * m.shape[0]  # logits (5 x 101): square cells would be a thin strip
+        image = ax.imshow(shown, cmap="viridis", aspect="auto" if wide else "equal")
+        if np.nanmax(shown) > np.nanmin(shown):  # a mask is all 0 where visible: no scale to read
+            fig.colorbar(image, ax=ax, shrink=0.8)
         ax.set_title(f"{name}: {title}", fontsize=8)
+        for axis in (ax.xaxis, ax.yaxis):  # rows and columns are indices: no 0.5 ticks
+            axis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

@@ -22,12 +22,24 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # checker/ draws the steps' pictures
 BOOK = ROOT / "build" / "book"
 STEPS = [f"{n:02d}" for n in range(1, 17)]
 
 def code(text: str) -> str:
     """reST's ``literal`` as Markdown's `literal`."""
     return re.sub(r"``(.+?)``", r"`\1`", text)
+
+
+def pytorch_link(match: re.Match) -> str:
+    """docs/pytorch-to-max.md#masking-with--inf as a link named by its heading, "Masking with -inf"."""
+    from pymdownx.slugs import slugify  # mkdocs.yml's slugs: GitHub's
+
+    slug = slugify(case="lower")
+    page = (ROOT / "docs" / "pytorch-to-max.md").read_text()
+    titles = {slug(h, "-"): h for h in re.findall(r"^#+ (.*)$", page, flags=re.M)}
+    anchor = match[1] or ""
+    return f"[{titles.get(anchor[1:], 'MAX for PyTorch users')}](../pytorch-to-max.md{anchor})"
 
 
 def step_page(step: str) -> str:
@@ -44,7 +56,7 @@ def step_page(step: str) -> str:
             fence = False
             continue
         text = line[4:] if line.startswith("    ") else line
-        deeper = text.startswith("    ") or bool(re.search(r"\S  +\S", text))  # a diagram, aligned math
+        deeper = text.startswith("    ") or bool(re.search(r"\S  +\S|-->", text))  # a diagram, aligned math
         if deeper and not fence:
             out.append("```text")
             fence = True
@@ -56,10 +68,11 @@ def step_page(step: str) -> str:
         if fence:
             out.append(text[4:] if text.startswith("    ") else text)
         else:
-            text = re.sub(r"docs/(pytorch-to-max\.md)(#[\w-]+)?", r"[\1\2](../\1\2)", code(text))
+            text = re.sub(r"docs/pytorch-to-max\.md(#[\w-]+)?", pytorch_link, code(text))
             out.append(text)
     if fence:
         out.append("```")
+    out += ["", "## What it computes", "", picture_line(step)]
     out += [
         "",
         "## Your turn",
@@ -69,6 +82,27 @@ def step_page(step: str) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def picture_line(step: str) -> str:
+    """The step's picture (drawn by write_pages beside the page), or one line saying it has none."""
+    from checker.pictures import PICTURES
+
+    if step not in PICTURES:
+        return f"This step has no matrix to draw: `pixi run show {step}` prints its values."
+    name = PICTURES[step][1]
+    return (f"![The solution's {name}](step-{step}.png)\n\n"
+            f"The solution's {name}, as `pixi run show {step} --png FILE` draws it beside yours.")
+
+
+def draw_pictures(folder: Path) -> None:
+    """step-NN.png for every step with a matrix: the solution's, from the numpy oracle
+    (milliseconds; running the solution on MAX would compile kernels on a fresh machine)."""
+    from checker.pictures import PICTURES
+    from checker.show import draw
+
+    for step, (matrix, name) in PICTURES.items():
+        draw({"solution": matrix()}, name, folder / f"step-{step}.png")
 
 
 def relinked(text: str, rules: list[tuple[str, str]]) -> str:
@@ -83,6 +117,7 @@ def write_pages(book: Path = BOOK) -> None:
     (book / "steps").mkdir(parents=True)
     for step in STEPS:
         (book / "steps" / f"step-{step}.md").write_text(step_page(step))
+    draw_pictures(book / "steps")
     readme = (ROOT / "README.md").read_text()
     (book / "index.md").write_text(
         relinked(readme, [(r"\]\(docs/", "]("), (r"\]\(weights/demo/MODEL_CARD\.md", "](model-card.md")])

@@ -1,15 +1,22 @@
-"""The documentation holds together: the book builds strict with a page per step, every
+"""The documentation holds together: the book builds strict with a page per step (and
+its picture where the step has a matrix), the README's commands run as written, every
 relative link in README.md and docs/*.md resolves (anchors included, as GitHub makes
 them), and the README stays a page a newcomer reads in ten minutes."""
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from checker.pictures import PICTURES
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs"))
@@ -61,13 +68,38 @@ def test_book_builds_strict_with_a_page_per_step(tmp_path):
     site = tmp_path / "site"
     done = subprocess.run(
         [sys.executable, str(ROOT / "docs" / "book.py"), "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ),  # see conftest.run_python
     )
     assert done.returncode == 0, done.stdout + done.stderr
     for step in book.STEPS:
         page = site / "steps" / f"step-{step}" / "index.html"
         assert page.exists(), f"no page for step {step}"
+        html = page.read_text()
+        images = re.findall(r'<img [^>]*src="([^"]+)"', html)
+        if step in PICTURES:
+            assert images == [f"../step-{step}.png"], f"step {step}'s page shows {images}, not its picture"
+            png = (page.parent / images[0]).resolve()
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG"
+        else:
+            assert not images and "This step has no matrix to draw" in html, f"step {step}: {images}"
     assert "Step 02: the causal mask" in (site / "steps" / "step-02" / "index.html").read_text()
+
+
+def test_the_books_pictures_are_what_show_draws():
+    """checker/pictures.py (numpy) gives every step whose `pixi run show` has a matrix, and the
+    same matrix as the solution run on MAX (with a warm kernel cache, ~4 s for all 16 steps)."""
+    import importlib
+
+    from checker import maxrun, show
+
+    for step in book.STEPS:
+        with maxrun.interpreter():
+            shown = show.SHOWS[step](importlib.import_module(f"solutions.solution_{step}"))
+        assert (shown.picture is not None) == (step in PICTURES), f"step {step}: show and the book disagree"
+        if shown.picture is not None:
+            matrix, name = PICTURES[step]
+            assert name == shown.picture_name
+            np.testing.assert_allclose(matrix(), shown.picture, rtol=1e-4, atol=1e-4, err_msg=f"step {step}")
 
 
 def test_step_pages_come_from_the_solutions_docstrings():
@@ -75,3 +107,93 @@ def test_step_pages_come_from_the_solutions_docstrings():
         page = book.step_page(step)
         assert page.startswith(f"# Step {step}") or page.startswith(f"# Bonus step {int(step)}"), page[:60]
         assert f"pixi run s{step}" in page
+
+
+# --- The README's shell commands run as written -------------------------------------------
+
+PYTHONS = ("python", "python3", "python3.13")
+
+
+def readme_commands(text: str) -> list[list[str]]:
+    """Each command of the README's ```sh / ```bash blocks as argv (comments and `\\`
+    line continuations handled the way a shell would, by shlex)."""
+    commands, language, pending = [], None, ""
+    for line in text.splitlines():
+        if line.startswith("```"):
+            language = None if language is not None else line[3:].strip()
+            continue
+        if language not in ("sh", "bash"):
+            continue
+        pending += line
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        if argv := shlex.split(pending, comments=True):
+            commands.append(argv)
+        pending = ""
+    return commands
+
+
+def pixi_tasks() -> dict[str, str]:
+    with open(ROOT / "pixi.toml", "rb") as f:
+        table = tomllib.load(f)["tasks"]
+    return {name: spec if isinstance(spec, str) else spec["cmd"] for name, spec in table.items()}
+
+
+def in_repo(module: str) -> bool:
+    path = ROOT / module.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
+
+
+def module_help(module: str) -> subprocess.CompletedProcess:
+    """`python -m module --help` run here (each takes under 3 s: argparse before any MAX work)."""
+    return subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))
+
+
+def command_problem(argv: list[str], tasks: dict[str, str]) -> str | None:
+    """Why a README command would not run as written, or None when it would."""
+    if argv[0] == "curl" or argv[:2] == ["git", "clone"]:
+        return None
+    if argv[:2] == ["pixi", "run"] or (argv[0] in PYTHONS and argv[1:2] == ["tasks.py"]):
+        task, args = argv[2], argv[3:]
+        if task not in tasks:
+            return f"no task {task!r} in pixi.toml's [tasks]"
+        module = re.fullmatch(r"python -m ([\w.]+)", tasks[task])
+        if module is None or not in_repo(module[1]):  # `max ...`, pytest: not this repository's to check
+            return None
+        argv = ["python", "-m", module[1], *args]  # the task runs our module: check its options too
+    if argv[0] in PYTHONS and argv[1:2] == ["-m"]:
+        module, options = argv[2], [a.split("=")[0] for a in argv[3:] if a.startswith("--")]
+        if not in_repo(module):
+            return f"no module {module} in this repository"
+        done = module_help(module)
+        if done.returncode != 0:
+            return f"`python -m {module} --help` exits {done.returncode}: {done.stderr[-300:]}"
+        unknown = [o for o in options if not re.search(rf"{re.escape(o)}\b", done.stdout)]
+        return f"`python -m {module} --help` lists no {', '.join(unknown)}" if unknown else None
+    return "neither a pixi task, `python3.13 tasks.py TASK`, `python -m MODULE`, curl nor git clone"
+
+
+def test_readme_commands_run_as_written():
+    commands = readme_commands((ROOT / "README.md").read_text())
+    assert ["pixi", "run", "s01"] in commands and any(c[0] == "curl" for c in commands), commands
+    tasks = pixi_tasks()
+    problems = [f"{shlex.join(c)}: {p}" for c in commands if (p := command_problem(c, tasks))]
+    assert not problems, "README commands that would not run:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("command, problem", [
+    ("pixi run s99", "no task 's99'"),
+    ("python3.13 tasks.py docs-serve", "no task 'docs-serve'"),
+    ("python -m checker.nothing --help", "no module checker.nothing"),
+    ("pixi run generate --model demo --temprature 0", "lists no --temprature"),
+    ("make test", "neither"),
+])
+def test_a_wrong_readme_command_is_named(command, problem):
+    assert problem in command_problem(shlex.split(command), pixi_tasks())
+
+
+def test_readme_commands_parse_like_a_shell():
+    text = "```sh\npixi run s01   # check it\ncurl -s x \\\n  -d '{\"a\": 1}'\n```\n```\n$ not shell\n```\n"
+    assert readme_commands(text) == [["pixi", "run", "s01"], ["curl", "-s", "x", "-d", '{"a": 1}']]
