@@ -1,25 +1,23 @@
 """The app's Linear layer on the CPU: this project's Mojo kernels for few rows.
 
 Why: decoding one token reads every weight once, so its speed is the rate at
-which the weights stream from memory. MAX 26.7's CPU matmul streamed GPT-2's
-fp32 weights at 11-15 GB/s for one row (``x @ W.T``: it tiles and packs W at
-run time), where llama.cpp reads them at 26-36 GB/s on the same 2 cores.
+which the weights stream from memory, and MAX 26.7's CPU matmul tiles and
+packs W at run time for a one-row product, far from that rate.
 ``model/kernels/matmul.mojo`` reads W once, in the checkpoint's own [out, in]
-layout, and reached 22-38 GB/s on GPT-2 124M's matmuls (``python -m
-bench.kernels``). For many rows (a long prompt) MAX's tiled matmul is the
-better kernel, so the float32 op asks how many rows it got:
+layout (``python -m bench.kernels`` measures both). For many rows (a long
+prompt) MAX's tiled matmul is the better kernel, so the float32 op asks how
+many rows it got:
 
     rows <= FEW_ROWS   its own tiles (decode, small batches, short prompts)
     rows >  FEW_ROWS   MAX's CPU matmul (MatmulCPU, what ``x @ W.T`` runs),
                        called from inside the op
 
-The choice is made inside the op, not by an ``F.cond`` in the graph: a cond
-per layer cost a decode step ~1 ms, and it kept MAX from fusing the bias
-add (and c_fc's gelu) into the matmul, so each ran as a kernel of its own.
-The op's output is a fused output: MAX now folds what follows into it.
-The Q8_0 op (model/quantize.py's Q8_0Linear) is one call too: its
-integer-dot tiles run for any number of rows (on a 512-token prompt as fast
-as dequantizing the weights and calling MAX's matmul, which it replaced).
+The choice is made inside the op, not by an ``F.cond`` in the graph, so
+that MAX fuses the bias add (and c_fc's gelu) into the op's output instead
+of running each as a kernel of its own. The Q8_0 and Q4_0 ops
+(model/quantize.py) are one call per layer too. Each op takes the kernel
+path as a compile-time parameter (model/cpu.py, docs/cpu.md). The figures
+behind these choices are in docs/journal.md ("Kernels: from the code's comments").
 
 The weights, their names ("weight" [out, in], "bias" [out]) and the results
 are the course's nn.Linear's (tests/test_fast_linear.py compares them, and

@@ -1,20 +1,21 @@
 """Weight-only quantization (GGUF's Q8_0, Q6_K and Q4_0) for the CPU.
 
 Why: decoding one token at batch 1 reads every weight once, so its speed is
-the memory bandwidth divided by the bytes of weights: fp32 GPT-2 124M is
-~500 MB per token. bfloat16 is no help on CPUs without AVX512-BF16 (5x
-slower here); an int8 weight cast back to fp32 inside the graph is not fused
-into the matmul by MAX 26.7 (5x slower than fp32, measured), and MAX's int8
-matmul returns int8 (it overflows) and ran at 1.5 GB/s. So the route is
-MAX's ``F.qmatmul``, whose CPU kernels read GGUF blocks directly. It
-supports Q4_0, Q4_K, Q6_K and GPTQ; these two have simple enough formats to
-write here in numpy (no extra dependency). MAX has no 8-bit kernel, so Q8_0
-runs on this project's own (model/kernels/matmul.mojo, see Q8_0 below), and
-Q4_0 on an op of this project's (model/kernels/q4_0.mojo) over the layout
-MAX's Q4_0 kernel reads (``pack_q4_0``): its own prefetching kernel for one
-input row, MAX's for more, one op call per layer so MAX fuses the bias add
-into it (q4_0 decode ~190 -> ~265 tok/s against ``F.qmatmul``); q6_k stays
-on ``F.qmatmul``:
+the memory bandwidth divided by the bytes of weights (fp32 GPT-2 124M is
+~500 MB per token); fewer bytes a weight is the lever. Which kernel runs
+each format:
+
+    q8_0   this project's op (model/kernels/matmul.mojo), any number of rows:
+           MAX has no 8-bit matmul that keeps float32 results
+    q4_0   this project's op (model/kernels/q4_0.mojo) over the layout MAX's
+           Q4_0 kernel reads (``pack_q4_0``): its own prefetching kernel for
+           one row, MAX's kernel for a prompt where the band is MAX's
+    q6_k   MAX's ``F.qmatmul`` on the GGUF blocks as they are
+
+The ops are one call per layer, so MAX fuses the bias add (and gelu) into
+them. What was tried instead (bfloat16, int8 cast in the graph, MAX's int8
+matmul, F.qmatmul for q4_0, an F.cond between paths) and what each gave is
+in docs/journal.md ("Reduced precision: routes not taken").
 
 Q8_0 (ggml's ``block_q8_0``, 8.5 bits a weight): every 32 consecutive
 weights share one float16 scale ``d = max|w| / 127``; a weight is
@@ -22,20 +23,16 @@ weights share one float16 scale ``d = max|w| / 127``; a weight is
 block; here the codes (int8) and the scales (float16) are two arrays (the
 same numbers; aligned vector loads in the kernel), each tile of 8 output
 rows stored as one stream (``interleave_q8_0``: per step of 64 weights, the
-8 rows' codes back to back; the kernel reads one stream per tile instead of
-8 rows K bytes apart, 1.6-2x faster). The custom op runs for any number
-of rows: decode, and a long prompt too (there its integer dot products
-matched dequantizing the weights in the graph for MAX's matmul, the earlier
-many-rows path, which cost an F.cond per layer and kept the bias add out of
-the op: q8_0 decode went from ~145 to ~190 tok/s without it).
-The kernel also rounds the activations to Q8_0 (8 bits per block of 32), as
+8 rows' codes back to back, so the kernel reads one stream per tile instead
+of 8 rows K bytes apart). The kernel also rounds the activations to Q8_0 (8 bits per block of 32), as
 llama.cpp's q8_0 does, and takes input widths that are a multiple of 64.
 
 Q4_0 (ggml's ``block_q4_0``, 4.5 bits a weight): every 32 consecutive
 weights along the input dimension share one float16 scale ``d``; a weight
 is ``(q - 8) * d`` with a 4-bit code q. Bytes: d, then 16 bytes whose low
 nibbles hold weights 0..15 and high nibbles weights 16..31 (``quantize_q4_0``;
-the layer holds the same bytes reordered by ``pack_q4_0``).
+the layer holds the same bytes reordered by ``pack_q4_0``, in bands of rows
+whose height depends on the CPU: docs/cpu.md).
 
 Q6_K (``block_q6_K``, 6.6 bits a weight, ~4x smaller error): 256 weights
 in 16 groups of 16, each group with an int8 scale, times one float16 ``d``
