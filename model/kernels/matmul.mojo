@@ -2,13 +2,12 @@
 #
 # Why: decoding one token reads every weight once, so its speed is the rate
 # at which the weights stream from memory. MAX 26.7's CPU matmul for a
-# [1, K] x [K, N] product tiles and packs W at run time and streamed GPT-2's
-# weights at ~11-15 GB/s here, where llama.cpp reaches 26-36 GB/s on the same
-# 2 cores. These kernels read W once, as it is stored ([N, K] for fp32, 8-row
-# tiles for Q8_0: below), each core taking chunks of rows in turn, 8 weight rows
-# x 1 input row per tile (decode); for a few input rows, the f32 op takes 3
-# weight rows x up to 8 input rows and the Q8_0 op 4 x 4, so every weight
-# vector loaded is used for every input row. For more than FEW_ROWS
+# [1, K] x [K, N] product tiles and packs W at run time, far below that rate.
+# These kernels read W once, as it is stored ([N, K] for fp32, 8-row tiles
+# for Q8_0: below), each core taking chunks of rows in turn, 8 weight rows x
+# 1 input row per tile (decode); for a few input rows, tiles of several
+# weight rows x several input rows (sized per kernel path: isa.mojo), so
+# every weight vector loaded is used for every input row. For more than FEW_ROWS
 # input rows (a prompt) the f32 op hands the product to MAX's own CPU matmul
 # (MatmulCPU, the kernel `x @ W.T` compiles to), from inside the op: the
 # graph then needs no F.cond to choose, and both paths write through the
@@ -29,10 +28,10 @@
 # contiguous stream: per step of 64 weights (two blocks), row 0's 64 codes,
 # row 1's, ... row 7's, and in the scales array the 8 rows' 2 scales (one
 # 32-byte load). The last tile is padded with zero rows. Why: reading 8
-# rows of [N, K] at once is 8 streams K bytes apart; one stream per tile
-# ran a decode step's 49 Q8_0 matmuls in 5.2-6.1 ms instead of 9.7-12.0
-# (`python -m bench.kernels --step`; model/quantize.py's interleave_q8_0
-# makes the layout).
+# rows of [N, K] at once is 8 streams K bytes apart, one stream per tile
+# reads much faster (model/quantize.py's interleave_q8_0 makes the layout).
+# The measurements behind this file's choices: docs/journal.md, "Kernels:
+# from the code's comments"; `python -m bench.kernels` re-runs them.
 
 import extensibility
 from extensibility import InputTensor
@@ -50,24 +49,15 @@ from .isa import AVX512_VNNI, dot4_64, registers, resolved, signed_dot4_64, vect
 
 comptime F32 = DType.float32
 comptime Q = 32  # weights per Q8_0 block
-# Weight rows per tile for one input row (f32); the Q8_0 ops' tiles are chosen
-# per path below (q8_0_tile_rows).
-# 8 over 4, measured on 24 MLP matmuls + the LM head, one input row, weights
-# out of cache, one process per variant, alternated (`python -m bench.kernels
-# --rows 1` with ROWS edited re-runs it): fp32 31.7 vs 26.1 GB/s, q8_0 16.6
-# vs 14.4 GB/s (8 more independent loads in flight per step); 12 and 16 were
-# no better.
+# Weight rows per f32 tile for one input row, and per Q8_0 tile in memory:
+# 8 independent streams in flight per step (4 was slower, 12 and 16 no better).
 comptime ROWS = 8
 comptime TASKS = 8  # bands of rows for a static split (q4_0.mojo's copy of a prompt's product)
 # The ops deal their rows to the cores a chunk at a time from a shared atomic
 # counter, one task per core, instead of 8 fixed bands: inside the model a
 # core that wakes late or reads slower then takes fewer chunks, where with
-# fixed bands every matmul waited for its slowest band. Intel Xeon, the
-# whole model against the 8 bands, alternated (`bench.profile_decode`, fresh
-# processes, 3-6 rounds): fp32 graph 21.4-22.2 vs 22.5-23.0 ms, q8_0
-# 7.97-8.19 vs 8.08-8.51, q4_0 4.30-4.44 vs 4.53-4.83. A chunk is kept at
-# ~25-100 KB of weights so the counter's ~0.1 us is noise (q4_0 with one
-# 14 KB band per take was 3-5% slower than the bands).
+# fixed bands every matmul waited for its slowest band. A chunk is kept at
+# ~25-100 KB of weights so the counter's ~0.1 us is noise.
 comptime CHUNK = 32  # f32 one-row path: rows a core takes at a time
 comptime WIDE_CHUNK = 24  # f32 few-rows path: rows a core takes at a time (8 groups of WIDE_ROWS)
 comptime OUT = 32  # columns of a chunk's output buffer: max(CHUNK, WIDE_CHUNK)
@@ -94,22 +84,10 @@ def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, 
 
 
 # More than one input row (f32): each group of WIDE_ROWS weight rows is
-# multiplied into up to WIDE input rows at once (3 x 8 accumulators + 3 weight
-# vectors fit the 32 registers), all the input rows before the next group, so
-# the weights stream from memory in one pass (the 4 x 4 tiles before read each
-# 8-row band once per 4 inputs: at 8 rows the time was memory's plus
-# arithmetic's, python -m bench.kernels --hot against the default). Alternated
-# with the 4 x 4 tiles in one process (a decode step's 49 matmuls, 5-6 rounds,
-# medians): 4 rows 27.9 vs 29.6 ms, 8 rows 33.8 vs 36.2 and 40.0 vs 43.5, 16
-# rows 56.3 vs 57.9 (MAX's matmul 51.7 there: at 16 rows it was ahead on
-# that Intel Xeon, even on the AMD EPYC before). 4-8%, at that machine's
-# floor: the unchanged Q8_0 kernel read 3-8% apart in the same runs. Re-run:
-# python -m bench.kernels --step --rows 4 8 16 --against <the revision before>.
-# Then (Intel Xeon): each group's first tile prefetches the next group's rows,
-# so 6 weight rows stream at once instead of 3 (the one-row path has 8 and
-# gained nothing from it: 19.47 vs 19.55 ms): a step's 49 matmuls at 8 rows
-# 23.9 vs 32.9 ms (1.38x; four alternated rounds, ranges apart), 16 rows
-# 43.8 vs 48.8 (1.11x); prefetching two groups ahead was no better.
+# multiplied into up to wide_inputs() input rows at once, all the input rows
+# before the next group, so the weights stream from memory in one pass; each
+# group's first tile prefetches the next group's rows, so 6 weight rows
+# stream at once instead of 3.
 comptime WIDE_ROWS = 3
 
 
@@ -119,14 +97,8 @@ def wide_inputs(isa: Int) -> Int:
     return 8 if registers(isa) >= 32 else 4
 
 
-# Input rows up to which the f32 op runs its own tiles; above, MAX's matmul.
-# Intel Xeon, with flush() storing vectors: a decode step's 49 matmuls with
-# their bias adds and gelus (bench.kernels --step --epilogue, 3 rounds) at
-# 16 rows, the tiles 36.61 ms against MAX's 38.22; the whole model's prompt
-# (fresh processes, 6 alternated rounds, medians), 16 here against 12 and
-# each sum stored alone before: 16 tokens 32.9 vs 37.0 ms, 12 tokens 29.8 vs
-# 33.0. With each sum stored alone, 12 had been best (16-token prompt 36.7
-# ms median with 12 vs 37.9 with 16).
+# Input rows up to which the f32 op runs its own tiles (faster than MAX's
+# matmul there, bias adds and gelus fused); above, MAX's matmul.
 comptime FEW_ROWS = 16
 
 
@@ -151,13 +123,9 @@ def tile_f32[V: Int, R: Int, MB: Int](
             comptime for i in range(R):
                 prefetch[PrefetchOptions().for_read().high_locality()](wp + (pf + i) * K + k)
         # The R weight vectors first, then each input vector once against all
-        # of them: R + 1 + R * MB registers (28 for 3 x 8 on AVX-512). Loading one weight
-        # vector at a time against every input instead let the compiler hold
-        # all MB input vectors (R * MB + MB + 1 = 33 for 3 x 8): two
-        # accumulators spilled and ~30 register moves a step (objdump of a
-        # standalone copy). A decode step's 49 matmuls at 16 rows, 4
-        # alternated rounds (bench.kernels --step --against): 41.2 vs 42.6
-        # ms (1.04x, ranges apart); 1 and 8 rows equal.
+        # of them: R + 1 + R * MB registers. Loading one weight vector at a
+        # time against every input let the compiler hold all MB input vectors
+        # and spill accumulators.
         comptime for i in range(R):
             wv.store(i * V, wp.load[width=V]((r + i) * K + k))
         comptime for j in range(MB):
@@ -178,16 +146,9 @@ def flush(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePointer[Float32
           rows: Int, end_row: Int, start: Int, end: Int):
     """y[rows:end_row, start:end] from a buffer o that holds y[m, c] at
     o + m * stride + c (a chunk's, as tile_f32 wrote it; q4_0.mojo's scratch
-    for a prompt), through y's fused store, 16 or 8 columns at a time: so the epilogue MAX
-    fused in (the bias add, c_fc's gelu) runs on vectors. Storing each sum
-    as it was made ran that epilogue one value at a time: the layers' attn
-    c_proj, c_fc and mlp c_proj at 12 rows in one graph (scratch) took 18.50
-    ms with their bias adds and gelus against 15.95 without them; now 16.40
-    vs 16.33. A decode step's 49 matmuls with them (python -m bench.kernels
-    --step --epilogue --against, 3 rounds): 12 rows 35.16 vs 37.55 ms, 1 row
-    19.94 vs 20.07; the Q8_0 op (its tiles' vector stores) 17.87 vs 18.75
-    at 12 rows, 6.62 vs 6.27 at 1 (its range 6.15-6.77 vs 5.65-6.27; the
-    unchanged Q4_0 op read 0.93-1.07x apart in the same runs)."""
+    for a prompt), through y's fused store, 16 or 8 columns at a time: so the
+    epilogue MAX fused in (the bias add, c_fc's gelu) runs on vectors, not
+    one value at a time."""
     for m in range(rows, end_row):
         var c = start
         while c + 16 <= end:
@@ -201,15 +162,10 @@ def flush(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePointer[Float32
             c += 1
 
 
-# Steps ahead that a Q8_0 tile prefetches its own stream (0: none). Why: a
-# tile is one contiguous stream (8 rows interleaved), and the hardware
-# prefetcher alone kept too few of its lines in flight. Intel Xeon, a decode
-# step's 49 matmuls, alternated with the revision before (`python -m
-# bench.kernels --step --rows 1 --against <it>`, 4 rounds): 6.33 vs 7.60 ms
-# (1.20x, ranges apart); 4 and 16 steps read the same as 8; the whole q8_0
-# decode (bench.profile_decode, 3 alternated rounds): 112-121 vs 98-104
-# tokens/s. A prefetch past the array's end (the last tiles) is harmless: a
-# prefetch never faults.
+# Steps ahead that a Q8_0 tile prefetches its own stream (0: none): a tile
+# is one contiguous stream and the hardware prefetcher alone kept too few of
+# its lines in flight (4 and 16 steps read the same as 8). A prefetch past
+# the array's end (the last tiles) is harmless: a prefetch never faults.
 comptime QPF = 8
 comptime P = 2 * Q  # weights per step of the Q8_0 kernel: two blocks, one 512-bit register of bytes
 

@@ -47,12 +47,8 @@ from .matmul import F32, Q, TASKS, deal, flush, q8_0_block
 
 comptime BAND_CHUNK = 4  # bands a core takes at a time (of 32 rows; more of fewer rows)
 comptime MAX_BAND = 2 * simd_width_of[F32]()  # the band MAX's own Q4_0 kernel reads on this target
-# Groups ahead that a band prefetches its stream (the Q8_0 tiles' QPF, whose
-# 8 steps ahead are 4 KB; here 8 groups are 4.5 KB). Intel Xeon, a decode
-# step's 49 matmuls, one row (`python -m bench.kernels --step --rows 1
-# --against <rev>`, 4 alternated rounds): 2.48 ms with it vs 2.75 without
-# (1.11x); 4 and 16 groups ahead the same as 8 (1.00x, 1.02x). MAX's own
-# kernel on the same bytes (F.qmatmul's): 3.22-3.56 ms, so 1.36-1.60x.
+# Groups ahead that a band prefetches its stream, as the Q8_0 tiles do (QPF;
+# 4 and 16 groups ahead read the same as 8).
 comptime Q4PF = 8
 
 
