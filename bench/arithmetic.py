@@ -8,10 +8,9 @@ with the mojo compiler that ships in the max wheel, runs it on one core and
 on every core, and prints 10^9 multiply-adds a second for each, with what a
 GPT-2 124M prompt of 16 tokens needs at that peak.
 
-Why: on the Intel Xeon of issue 11 the README once read numpy's sgemm (159
-GFLOP/s on one thread, 237 on two) as "arithmetic does not scale to the
-second core"; this loop scales 2x there (~94 G a core), so a 16-row tile
-at 50-75 G uses well under half of the cores.
+Why: numpy's sgemm is no measure of the cores' peak (it stopped scaling at the
+second core where this loop doubles); what a few-row tile uses of the cores
+is read against this figure (docs/journal.md, "Profile of a decode step").
 """
 
 from __future__ import annotations

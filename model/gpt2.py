@@ -18,15 +18,20 @@ From ``--model`` to tokens (generate, attention-map, the bench, the tests):
                           dropped, shapes verified, lm_head tied to wte
     model/course.py       the course's classes: solutions/ or the learner's steps/
     build_lm (here)       GPT2LMHeadModel(config, linear, attention) under F.lazy():
-                          linear is nn.Linear, or model/quantize.py's quantized
-                          maker for q4_0/q6_k; attention is step 07's, or step
-                          15's where the attention map is asked for, made by
+                          linear is model/fast_linear.py's few-rows op for
+                          float32 on the CPU (step 04's nn.Linear with
+                          --linear course, and on a GPU), or model/quantize.py's
+                          maker for q8_0 / q4_0 (this project's ops) and q6_k
+                          (MAX's qmatmul); the ops take the CPU's kernel path
+                          (model/cpu.py); attention is step 07's, or step 15's
+                          where the attention map is asked for, made by
                           model/kv_cache.py to keep its cache in place
     model/quantize.py     quantize_state: blocks for exactly the quantized layers
+                          (saved once per checkpoint)
     InPlaceGraph (here)   step 11's forward over the cache buffers
     compile               one graph, symbolic batch, sequence and cache lengths;
-                          model/saved_graphs.py saves it as a MEF and loads
-                          that on later starts (~0.5 s instead of ~3-5 s)
+                          model/saved_graphs.py saves it as a MEF and drives
+                          that directly on later starts (nothing traced)
     model/generate.py     prefill once, then one token per step; sampling.py picks
     model/engine_threads.py  after the first call on the CPU, MAX's background
                           threads to the lowest priority (``_after_execute``)
@@ -131,7 +136,7 @@ class GPT2:
         The graph is driven through the engine's own ``Model.execute`` on
         driver buffers, not through MAX's Tensor-level call (which wraps each
         input and output in a Tensor and binds the call's signature): a q4_0
-        decode step of GPT-2 124M took ~0.4 ms less (README, "Profile of a
+        decode step of GPT-2 124M took ~0.4 ms less (docs/journal.md, "Profile of a
         decode step")."""
         from max.driver import Buffer
 

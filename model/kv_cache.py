@@ -2,9 +2,9 @@
 
 Why this sits beside step 07: the course's attention keeps the cache as
 values. Every step ``F.concat``s the cached keys and values with the new ones
-into new tensors, which copies the whole cache for every token. Measured on
-GPT-2 124M (2 cores): a decode step grew by ~29 us per cached token, +26 ms at
-896 tokens of context, more than three times the q4_0 step itself. Here each
+into new tensors, which copies the whole cache for every token. On GPT-2 124M a
+decode step then grew with every cached token, to several times the q4_0
+step itself at 896 tokens of context (docs/journal.md). Here each
 layer's keys and values live in one buffer [batch, n_head, capacity,
 head_dim], allocated once per generation and sized for it (prompt plus new
 tokens, at most the context window). The graph stores the new rows at
@@ -19,11 +19,8 @@ causal mask. Only where the keys and values are kept differs.
 ``tests/test_kv_cache.py`` checks that both give the same logits and
 greedy tokens.
 
-Tried and not kept: the attention between c_attn and c_proj as one Mojo op
-over the buffers (model/kernels/attention.mojo in commit 1f4f963): a q8_0
-decode step 9.07-9.43 vs 9.24-10.45 ms at 896 positions, within noise at
-16, and prefill 512 slower (693-868 vs 636-735 ms): README, "Profile of a
-decode step". What made the long context slow was elsewhere (``cached``).
+An attention op of its own over the buffers was tried and not kept (it gave
+nothing measurable): docs/journal.md, "Profile of a decode step".
 """
 
 from __future__ import annotations
@@ -55,8 +52,8 @@ class Slot:
         The transformer reads only their length (shape[2], for the position
         embeddings) and the attention reads the buffers itself (``store``).
         Why: MAX reads a buffer's rows into a new tensor, and a read nobody
-        uses stays in the graph: it cost a decode step of GPT-2 124M ~10 ms
-        at 896 positions (9.1-11.5 vs 19.5-21.8 ms, q8_0, one process)."""
+        uses stays in the graph, and it cost a long-context decode step more
+        than the step itself (docs/journal.md)."""
         view = self.mark.reshape([1, 1, self.past, 1])
         return view, view
 
