@@ -25,7 +25,7 @@ own tail (one core done before the other) and the three steps of MAX's
 runtime (ending the section, starting the next kernel, starting its tasks).
 
 Why: inside the model this project's fp32 decode step is ~1-1.5 ms slower
-than its 49 matmuls back to back, and llama.cpp's is not (README, "Profile
+than its 49 matmuls back to back, and llama.cpp's is not (docs/journal.md, "Profile
 of a decode step"); this shows how much of it a section boundary is, with
 no model and no kernel of this project's in the way.
 """

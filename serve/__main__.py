@@ -84,7 +84,7 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--host", args.host, "--port", str(args.port),
         # New requests' prefill joins the running decode step instead of
         # waiting for one of its own: measured by bench.serve, +15% output
-        # tokens/s at 32 clients, even at 1 and 8 (README, Serving).
+        # tokens/s at 32 clients, even at 1 and 8 (docs/serving.md).
         "--enable-in-flight-batching",
         *args.passthrough,
     ]

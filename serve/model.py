@@ -37,7 +37,7 @@ def uses_kernels(config: GPT2ServeConfig) -> bool:
     a decode step of a few requests is a few rows, where MAX's own matmul
     streams the weights slowest, and a step with prompts in it goes to MAX's
     matmul from inside the op. Behind the engine it measured 1.18x nn.Linear
-    at one client and equal at 8 and 32 (README, Serving). A GPU keeps
+    at one client and equal at 8 and 32 (docs/serving.md). A GPU keeps
     nn.Linear: the kernels are CPU code."""
     choice = os.environ.get(LINEAR, "custom")
     if choice not in LINEARS:
