@@ -16,7 +16,7 @@ own arithmetic (pairwise summation), not by memory: 9 GB/s on one thread,
 of four vector accumulators 30-31 GB/s (scratch), so numpy alone put the
 wall below what the matmul kernels already read. Both are floors on the
 machine's limit, not the limit; llama.cpp's own decode speed times its
-weight bytes is the other floor the README reports.
+weight bytes is the other floor docs/benchmarks.md reports.
 """
 
 from __future__ import annotations

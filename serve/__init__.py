@@ -1,4 +1,4 @@
-"""GPT-2 served by MAX's own engine (``max serve``): see README "Serving".
+"""GPT-2 served by MAX's own engine (``max serve``): see docs/serving.md.
 
 ``ARCHITECTURES`` is what ``max serve --custom-architectures`` imports;
 ``python -m serve`` starts the server with this project's choices.

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="float32 on the CPU: custom (default, as generate's) runs the Linear layers on this "
                         "project's Mojo op (model/fast_linear.py: its own tiles for few rows, MAX's matmul for "
-                        "more, the bias fused in; README, Serving), course on step 04's nn.Linear")
+                        "more, the bias fused in; docs/serving.md), course on step 04's nn.Linear")
     p.add_argument("--dry-run", action="store_true", help="print the max serve command and exit")
     return p
 
