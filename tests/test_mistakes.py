@@ -16,6 +16,7 @@ MISTAKES = [
     ("01", "no divisibility validation",
      [("if self.n_embd % self.n_head != 0:", "if False:")], "n_embd % n_head == 0"),
     ("01", "zero sizes accepted", [("value <= 0", "value < 0")], "every size must be > 0"),
+    ("01", "a size of 1 refused", [("value <= 0", "value <= 1")], "a size of 1 is valid"),
     ("01", "head_dim with true division", [("return self.n_embd // self.n_head", "return self.n_embd / self.n_head")], "use //"),
     ("01", "wrong gpt2-medium heads",
      [('"gpt2-medium": dict(n_layer=24, n_head=16', '"gpt2-medium": dict(n_layer=24, n_head=12')], "gpt2-medium"),
@@ -145,6 +146,7 @@ MISTAKES = [
     ("14", "post-LN Bessel variance",
      [("var = (centered * centered).mean(axis=-1)", "var = (centered * centered).sum(axis=-1) / (int(x.shape[-1]) - 1)")],
      "population variance"),
+    ("14", "post-LN eps subtracted", [("F.rsqrt(var + eps)", "F.rsqrt(var - eps)")], "not subtract it"),
     ("14", "post-LN scaled by d_model", [("math.sqrt(d_h)", "math.sqrt(d_model)")], "not 1 / sqrt(d_model)"),
     # bonus step 15: attention weights
     ("15", "weights are the raw scores",

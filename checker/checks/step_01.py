@@ -104,9 +104,22 @@ INVALID = [
 ]
 
 
+# Small but valid: a size of 1 is allowed (a 1-layer, 1-head GPT-2, a 1-token
+# vocabulary or context are odd but legal), so "> 0" must not become "> 1".
+VALID_SMALL = [dict(n_layer=1), dict(n_head=1, n_embd=48), dict(vocab_size=1), dict(n_positions=1), dict(n_embd=1, n_head=1)]
+
+
 def check_validation(ctx: StepContext) -> None:
     cls = ctx.learner.GPT2Config
     cls(n_embd=48, n_head=4, n_layer=2, vocab_size=101, n_positions=96)  # valid: must not raise
+    for kwargs in VALID_SMALL:
+        try:
+            cls(**kwargs)
+        except ValueError as exc:
+            raise CheckFailed(
+                f"GPT2Config({', '.join(f'{k}={v}' for k, v in kwargs.items())}) raised ValueError: {exc}",
+                "a size of 1 is valid (a 1-layer or 1-head GPT-2): refuse only sizes of 0 or less (value <= 0)",
+            ) from exc
     for kwargs, case, hint in INVALID:
         try:
             cls(**kwargs)

@@ -16,6 +16,7 @@ HINT_PRE_LN = "this block is post-LN: LayerNorm(x + MultiHead(x) W_o); yours is 
 HINT_RESIDUAL = "add x before normalizing: LayerNorm(x + MultiHead(x) W_o)"
 HINT_TRANSPOSED = "project with x @ w (rows of w are input features), not x @ w.T"
 HINT_BESSEL = "the layer norm's variance divides by d_model (population variance), not d_model - 1"
+HINT_EPS_SIGN = "add eps to the variance, sqrt(var + eps), not subtract it"
 HINT_SCALE = "divide the scores by sqrt(d_h) = sqrt(d_model / num_heads)"
 HINT_SCALE_D = "the scale is 1 / sqrt(d_h), one head's width, not 1 / sqrt(d_model)"
 
@@ -42,6 +43,16 @@ def check_normalize(ctx: StepContext) -> None:
             "(x - mean) / sqrt(var + 1e-5) over the last axis",
             lambda: {HINT_BESSEL: oracle.layer_norm(x, ones, zeros, ddof=1),
                      "eps goes inside the square root": oracle.layer_norm(x, ones, zeros, eps_inside_sqrt=False)})
+    # Rows that barely vary (variance ~1e-6, below eps): there eps decides the
+    # result, so a sign error in it shows (with a variance of ~9 it moves the
+    # output by ~1e-6, inside the tolerance).
+    flat = (1.0 + 1e-3 * np.random.default_rng(145).standard_normal((2, 3, D_MODEL))).astype(np.float32)
+    got = maxrun.lazily(ctx.learner.normalize, maxrun.tensor(flat), what="normalize")
+    compare(got, oracle.layer_norm(flat, ones, zeros), "normalize on rows that barely vary (variance below eps)",
+            "(x - mean) / sqrt(var + 1e-5): eps is added to the variance",
+            lambda: {HINT_EPS_SIGN: oracle.layer_norm(flat, ones, zeros, eps=-1e-5),
+                     "add eps = 1e-5 to the variance": oracle.layer_norm(flat, ones, zeros, eps=0.0),
+                     HINT_BESSEL: oracle.layer_norm(flat, ones, zeros, ddof=1)})
 
 
 def check_block(ctx: StepContext) -> None:
