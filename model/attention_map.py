@@ -150,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("the prompt is empty")
         folder = resolve_model(args.model)
         heads = check_request(read_config(folder), args.layer, args.head)  # before the slow part
+        if args.impl == "steps":
+            from model.course import MODEL_STEPS, unfinished_message, unfinished_steps
+
+            roots = (*MODEL_STEPS, "15")  # the attention map keeps step 15's probabilities
+            unfinished = unfinished_steps(*roots)
+            if unfinished:  # all of them at once, before anything compiles
+                raise UsageError(unfinished_message(unfinished, roots))
         gpt2 = load_attention_model(folder, args.layer, args.device, args.impl)
         ids = gpt2.tokenizer.encode(args.prompt)
         if len(ids) > gpt2.config.n_positions:

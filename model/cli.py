@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
 
+    from model.course import MODEL_STEPS
     from model.generate import ContextError, encode_prompts, generate
     from model.gpt2 import load_gpt2
     from weights import WeightsError, load_tokenizer, read_config, resolve_model
@@ -140,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     except (WeightsError, ContextError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
+    if args.impl == "steps":
+        from model.course import unfinished_message, unfinished_steps
+
+        unfinished = unfinished_steps(*MODEL_STEPS)
+        if unfinished:  # all of them at once, before anything compiles
+            print(f"error: {unfinished_message(unfinished)}", file=err)
+            return EXIT_USAGE
     try:
         gpt2 = load_gpt2(folder, device=args.device, dtype=args.dtype, impl=args.impl, linear=args.linear)
     except (WeightsError, DeviceError) as exc:

@@ -9,9 +9,64 @@ the learner's code all the way down.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 IMPLS = ("solutions", "steps")
+# The steps a model build runs (config, mask, attention, the LM head and what they import).
+MODEL_STEPS = ("01", "02", "07", "11")
+_TODO = re.compile(r"""^[ \t]*raise NotImplementedError\(\s*["']TODO\(step (\d+)\)""", re.M)
+_IMPORT = re.compile(r"^from steps\.step_(\d+) import", re.M)
+
+
+def steps_folder() -> Path:
+    """The folder ``import steps`` reads: the learner's, wherever Python finds it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("steps")
+    if spec is None or not spec.submodule_search_locations:
+        return Path(__file__).resolve().parent.parent / "steps"
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def steps_needed(*roots: str, folder: Path | None = None) -> list[str]:
+    """The learner's step files that ``roots`` import, directly or not, roots included, in order."""
+    folder = folder or steps_folder()
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        step = todo.pop()
+        if step in seen:
+            continue
+        seen.add(step)
+        path = folder / f"step_{step}.py"
+        todo += _IMPORT.findall(path.read_text()) if path.is_file() else []
+    return sorted(seen)
+
+
+def unfinished_steps(*roots: str, folder: Path | None = None) -> list[tuple[str, int]]:
+    """(step, line of its first TODO) for every step file ``roots`` need that still
+    raises a TODO, in order: so ``--impl steps`` names them all at once, not one
+    failure a run."""
+    folder = folder or steps_folder()
+    out = []
+    for step in steps_needed(*roots, folder=folder):
+        path = folder / f"step_{step}.py"
+        text = path.read_text() if path.is_file() else ""
+        found = _TODO.search(text)
+        if found:
+            out.append((step, text.count("\n", 0, found.start()) + 1))
+    return out
+
+
+def unfinished_message(unfinished: list[tuple[str, int]], roots: tuple[str, ...] = MODEL_STEPS) -> str:
+    """One line naming every unfinished step a build needs, and how to check each."""
+    needed = ", ".join(steps_needed(*roots))
+    files = ", ".join(f"steps/step_{step}.py (line {line})" for step, line in unfinished)
+    checks = ", ".join(f"`pixi run s{step}`" for step, _ in unfinished)
+    return (f"--impl steps builds GPT-2 from your steps {needed}; {len(unfinished)} still have TODOs: {files}. "
+            f"Finish them in this order and check each: {checks}")
 
 
 @dataclass(frozen=True)

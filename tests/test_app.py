@@ -167,11 +167,30 @@ def _cli_in(cwd, env, *args):
                           timeout=600)
 
 
-def test_impl_steps_names_the_unfinished_step(tmp_path, folder):
+def test_impl_steps_names_every_unfinished_step_it_needs_at_once(tmp_path, folder):
+    # Issue 43: it named step 01 alone when 01-11 were all unfinished.
     cwd, env = _learner_tree(tmp_path, finished=False)
     done = _cli_in(cwd, env, "--impl", "steps", "--model", str(folder), "x")
     assert done.returncode == 2
-    assert "steps/step_01.py is not finished" in done.stderr and "pixi run s01" in done.stderr
+    needed = [f"{n:02d}" for n in range(1, 12)]
+    for step in needed:
+        assert f"steps/step_{step}.py (line " in done.stderr and f"`pixi run s{step}`" in done.stderr
+    assert "step_12" not in done.stderr and "step_15" not in done.stderr  # not needed to generate
+    assert done.stderr.index("step_03.py") < done.stderr.index("step_10.py")  # in order
+
+
+def test_the_steps_a_build_needs_follow_the_learner_s_imports(tmp_path):
+    from model.course import MODEL_STEPS, steps_needed, unfinished_steps
+
+    assert steps_needed(*MODEL_STEPS) == [f"{n:02d}" for n in range(1, 12)]
+    assert steps_needed("07") == ["01", "02", "07"]
+    folder = tmp_path / "steps"
+    folder.mkdir()
+    (folder / "step_01.py").write_text("x = 1\n")
+    (folder / "step_02.py").write_text('from steps.step_01 import x\n\n\n    raise NotImplementedError("TODO(step 02): ...")\n')
+    assert unfinished_steps("02", folder=folder) == [("02", 4)]
+    (folder / "step_02.py").write_text("from steps.step_01 import x\n")
+    assert unfinished_steps("02", folder=folder) == []
 
 
 def test_impl_steps_runs_a_finished_course(tmp_path, folder):
