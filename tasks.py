@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -33,6 +34,20 @@ def load_tasks() -> dict[str, dict]:
     with open(ROOT / "pixi.toml", "rb") as f:
         table = tomllib.load(f).get("tasks", {})
     return {name: ({"cmd": spec} if isinstance(spec, str) else spec) for name, spec in table.items()}
+
+
+RUNNER = "GPT2_MAX_TASK_RUNNER"  # how the learner runs tasks, for messages that name a command
+
+
+def task_command(task: str) -> str:
+    """``task`` as the learner runs tasks here: ``pixi run TASK``, or
+    ``python3.13 tasks.py TASK`` where this script ran it or pixi is not
+    installed. Messages that name a command use this (imports only the
+    standard library)."""
+    runner = os.environ.get(RUNNER)
+    if runner is None:
+        runner = "pixi run" if os.environ.get("PIXI_PROJECT_ROOT") or shutil.which("pixi") else "python3.13 tasks.py"
+    return f"{runner} {task}"
 
 
 def venv_bin() -> Path:
@@ -76,6 +91,7 @@ def main(argv: list[str]) -> int:
         return 2
     ensure_venv()
     env = dict(os.environ, VIRTUAL_ENV=str(VENV), PATH=f"{venv_bin()}{os.pathsep}{os.environ.get('PATH', '')}")
+    env[RUNNER] = "python3.13 tasks.py"
     command = tasks[name]["cmd"] + "".join(" " + shlex.quote(arg) for arg in extra)
     return subprocess.run(command, shell=True, cwd=ROOT, env=env).returncode
 

@@ -55,8 +55,11 @@ def check_step(step: str, learner_path: Path, color: bool, quiet: bool = False) 
     module = checks_module(step)
     paint = (lambda code, text: f"{code}{text}{RESET}") if color else (lambda code, text: text)
     print(f"Step {step}: {module.TITLE} ({_shown(learner_path)})")
+    from checker import maxrun
+
+    since = len(maxrun.COMPILED)
     if module.USES_MAX:
-        _warn_if_cold(paint)
+        maxrun.collect_compiles()
     start = time.perf_counter()
     solution_path = ROOT / "solutions" / f"solution_{step}.py"
     outcomes = run_checks(step, module.CHECKS, learner_path, solution_path)
@@ -75,22 +78,10 @@ def check_step(step: str, learner_path: Path, color: bool, quiet: bool = False) 
     elapsed = time.perf_counter() - start
     verdict = "done" if passed == len(outcomes) else "not done yet"
     print(f"Step {step}: {passed} of {len(outcomes)} checks passed in {elapsed:.1f} s; {verdict}.")
+    note = maxrun.compile_note(since)
+    if note:  # only when this run compiled something that cost time: a warm run says nothing
+        print(paint(YELLOW, f"  note: {note}"))
     return first_failure is None
-
-
-_warned = False
-
-
-def _warn_if_cold(paint) -> None:
-    global _warned
-    from checker.maxrun import interpreter_cache_is_warm
-
-    if _warned or interpreter_cache_is_warm() is not False:
-        return
-    _warned = True
-    print(paint(YELLOW, "  note: MAX's kernel cache on this machine is cold, so this check compiles kernels\n"
-                        "        as it goes (25-50 s per new operation; several minutes the first time).\n"
-                        "        Run `pixi run warm` once (about 20 min on 2 cores) and every check takes seconds."))
 
 
 def _shown(path: Path) -> str:

@@ -26,6 +26,8 @@ import numpy as np
 
 from checker.skeleton import ROOT, TODO_MARK
 
+from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
+
 # fp32 tolerance: the learner's graph and the solution's may order reductions
 # differently, which moves results by ~1e-6; real mistakes move them by far more.
 RTOL = 1e-4
@@ -128,7 +130,7 @@ def describe_exception(exc: BaseException, learner_path: Path) -> tuple[str, str
         where = f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}: `{code}`\n"
         if Path(frame.filename).resolve() != learner_path:
             earlier = Path(frame.filename).stem.removeprefix("step_")
-            hint = f"this step runs your step {earlier}: finish it first (pixi run s{earlier})"
+            hint = f"this step runs your step {earlier}: finish it first ({task_command('s' + earlier)})"
     else:
         hint = "the error did not pass through your file; check the names and signatures the step asks for"
     if isinstance(exc, NotImplementedError) and TODO_MARK in str(exc):

@@ -10,11 +10,8 @@ them eagerly on numpy inputs.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -122,23 +119,44 @@ def random_weights(shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.
     return weights
 
 
-@lru_cache(maxsize=1)
-def interpreter_cache_is_warm() -> bool | None:
-    """Whether ``max warm-interpreter-cache`` has run on this machine (None: unknown)."""
-    beside_python = Path(sys.executable).parent / "max"
-    max_cli = str(beside_python) if beside_python.exists() else shutil.which("max")
-    if max_cli is None:
-        return None
+COMPILED: list[tuple[str, float]] = []  # MAX's on-the-fly kernel compiles in this process: (kernel, seconds)
+
+
+def collect_compiles() -> bool:
+    """Collect MAX's on-the-fly kernel compiles into COMPILED instead of MAX
+    printing a line for its first one: a check reports them once, and only
+    when they cost time (``compile_note``). MAX 26.7 reports each compile
+    through ``max._eager_policy.record_cold_compile``; False where that is gone
+    (MAX's own line then stays)."""
     try:
-        done = subprocess.run(
-            [max_cli, "warm-interpreter-cache", "--check"], capture_output=True, text=True, timeout=120,
-            env=dict(os.environ),  # not MAX's C-level PYTHONEXECUTABLE (see tests/conftest.py)
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        from max import _eager_policy
+    except ImportError:
+        return False
+    if not hasattr(_eager_policy, "record_cold_compile"):
+        return False
+    if getattr(_eager_policy.record_cold_compile, "collects", False):
+        return True
+
+    def record(key: str, seconds: float, *, provisioned: bool = False) -> None:
+        COMPILED.append((key, seconds))
+
+    record.collects = True
+    _eager_policy.record_cold_compile = record
+    return True
+
+
+def compile_note(since: int = 0, threshold: float = 1.0) -> str | None:
+    """One line on the compiles collected since index ``since``, when they took
+    more than ``threshold`` seconds in all; None otherwise (a warm run says nothing)."""
+    compiled = COMPILED[since:]
+    total = sum(seconds for _, seconds in compiled)
+    if total <= threshold:
         return None
-    if done.returncode not in (0, 1):
-        return None
-    return done.returncode == 0
+    key, longest = max(compiled, key=lambda kv: kv[1])
+    from tasks import task_command
+
+    return (f"this run compiled {len(compiled)} of MAX's kernels ({total:.0f} s; the longest {key}, {longest:.0f} s); "
+            f"they are cached now. `{task_command('warm')}` compiles all of them once (~20 min on 2 cores)")
 
 
 # The small GPT-2 every model step is checked at (head_dim 12).

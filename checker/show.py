@@ -26,6 +26,8 @@ from checker import maxrun
 from checker.harness import ATOL, RTOL, close, describe_exception, largest_difference, load_file
 from checker.skeleton import ROOT
 
+from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
+
 SMALL = maxrun.SMALL_CONFIG
 
 
@@ -278,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.png:
         print("  (this step has no matrix to draw; --png ignored)")
     print("  matches the solution" if ok else f"  DIFFERS from the solution (tolerance rtol {RTOL}, atol {ATOL}); "
-          f"run `pixi run s{step}` for the checks and hints")
+          f"run `{task_command('s' + step)}` for the checks and hints")
     return 0 if ok else 1
 
 

@@ -9,6 +9,8 @@ import time
 import traceback
 from pathlib import Path
 
+from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
+
 from model.device import DEVICES, DTYPES, DeviceError
 from model.fast_linear import LINEARS
 from model.sampling import Sampling
@@ -113,7 +115,7 @@ def unfinished_step(exc: BaseException) -> str | None:
     todo = isinstance(exc, NotImplementedError) and "TODO" in str(exc)
     what = "is still a TODO" if todo else f"raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return (f"steps/step_{step}.py is not finished (line {frame.lineno}, in {frame.name}, {what}); "
-            f"check it with `pixi run s{step}`")
+            f"check it with `{task_command('s' + step)}`")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,7 +64,9 @@ def unfinished_message(unfinished: list[tuple[str, int]], roots: tuple[str, ...]
     """One line naming every unfinished step a build needs, and how to check each."""
     needed = ", ".join(steps_needed(*roots))
     files = ", ".join(f"steps/step_{step}.py (line {line})" for step, line in unfinished)
-    checks = ", ".join(f"`pixi run s{step}`" for step, _ in unfinished)
+    from tasks import task_command
+
+    checks = ", ".join(f"`{task_command('s' + step)}`" for step, _ in unfinished)
     return (f"--impl steps builds GPT-2 from your steps {needed}; {len(unfinished)} still have TODOs: {files}. "
             f"Finish them in this order and check each: {checks}")
 

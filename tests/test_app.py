@@ -169,12 +169,14 @@ def _cli_in(cwd, env, *args):
 
 def test_impl_steps_names_every_unfinished_step_it_needs_at_once(tmp_path, folder):
     # Issue 43: it named step 01 alone when 01-11 were all unfinished.
+    from tasks import task_command
+
     cwd, env = _learner_tree(tmp_path, finished=False)
     done = _cli_in(cwd, env, "--impl", "steps", "--model", str(folder), "x")
     assert done.returncode == 2
     needed = [f"{n:02d}" for n in range(1, 12)]
     for step in needed:
-        assert f"steps/step_{step}.py (line " in done.stderr and f"`pixi run s{step}`" in done.stderr
+        assert f"steps/step_{step}.py (line " in done.stderr and f"`{task_command('s' + step)}`" in done.stderr
     assert "step_12" not in done.stderr and "step_15" not in done.stderr  # not needed to generate
     assert done.stderr.index("step_03.py") < done.stderr.index("step_10.py")  # in order
 

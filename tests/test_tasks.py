@@ -78,3 +78,17 @@ def test_other_tasks_run_through_tasks_py():
     assert amap.returncode == 0 and "--head" in amap.stdout
     every = tasks_py("test-all", "--solution", "--no-color")
     assert every.returncode == 0 and "Progress:" in every.stdout
+
+
+def test_messages_name_commands_the_way_the_learner_runs_tasks(monkeypatch):
+    # Issue 43: messages said `pixi run s01` to a learner without pixi.
+    import tasks
+
+    monkeypatch.setenv(tasks.RUNNER, "python3.13 tasks.py")  # what tasks.py puts in its tasks' environment
+    assert tasks.task_command("s01") == "python3.13 tasks.py s01"
+    monkeypatch.delenv(tasks.RUNNER)
+    monkeypatch.setenv("PIXI_PROJECT_ROOT", "/x")  # pixi runs the task
+    assert tasks.task_command("warm") == "pixi run warm"
+    monkeypatch.delenv("PIXI_PROJECT_ROOT")
+    monkeypatch.setattr(tasks.shutil, "which", lambda name: None)  # run by hand, no pixi on this machine
+    assert tasks.task_command("s07") == "python3.13 tasks.py s07"
