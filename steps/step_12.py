@@ -20,7 +20,8 @@ The math
 
     ``next_logits(ids)`` is any function that runs the model on a list of
     token ids and returns the logits of the *last* position, ``[vocab_size]``;
-    the check passes one built on the compiled GPT-2 of step 11. Sampling uses
+    the last check passes one built on the solution's GPT-2 of step 11 (not
+    yours: this step can be done before steps 03-11). Sampling uses
     the numpy ``rng`` it is given (``rng.choice(n, p=p)``), so a fixed seed
     reproduces the same text.
 

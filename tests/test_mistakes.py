@@ -119,6 +119,7 @@ MISTAKES = [
      "subtract the largest logit"),
     ("12", "greedy picks the lowest", [("return int(np.argmax(logits))", "return int(np.argmin(logits))")], "argmax"),
     ("12", "tokens not fed back", [("        ids.append(token)\n", "")], "feed each new token back in"),
+    ("12", "prompt returned with the new tokens", [("    return new\n", "    return ids\n")], "not the prompt in front of them"),
     ("12", "eos ignored", [("        if token == eos_token:\n            break\n", "")], "stop right after producing eos_token"),
     ("12", "fresh rng each token",
      [("sample_next_token(next_logits(ids), temperature, rng)", "sample_next_token(next_logits(ids), temperature, np.random.default_rng())")],

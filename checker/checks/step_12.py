@@ -66,12 +66,14 @@ def check_large_logits(ctx: StepContext) -> None:
             draws = [ctx.learner.sample_next_token(logits, 1.0, rng) for _ in range(2000)]
         except ValueError as exc:  # rng.choice refuses NaN probabilities
             raise CheckFailed(f"logits near 1000 broke sampling ({str(exc).splitlines()[0]})",
-                              "subtract the largest logit before exp: exp(x - x.max()) (adding it overflows)") from None
+                              "exp(1000) overflows to inf: subtract the largest logit first, p = exp(x - x.max()) / sum(...) "
+                              "(softmax is unchanged by the shift)") from None
     freq = np.bincount(draws, minlength=3)[:3] / len(draws)
     if np.abs(freq - _softmax(logits)).max() > 0.04:
         raise CheckFailed(f"logits [1000, 999, 990]: frequencies {np.round(freq, 3).tolist()}, expected "
                           f"{np.round(_softmax(logits), 3).tolist()}",
-                          "subtract the largest logit before exp: exp(x - x.max())")
+                          "subtract the largest logit before exp, p = exp(x - x.max()) / sum(...): "
+                          "the shift leaves softmax unchanged and keeps exp finite")
 
 
 def _toy_next_logits(calls: list):
@@ -93,7 +95,9 @@ def check_loop(ctx: StepContext) -> None:
         expected.append(ids[-1])
     if list(got) != expected:
         hint = "feed each new token back in: call next_logits(prompt + generated so far)"
-        if len(got) != 5:
+        if list(got) == [3, 1] + expected:
+            hint = "return only the new tokens, not the prompt in front of them"
+        elif len(got) != 5:
             hint = "generate exactly max_new_tokens tokens and return only the new ones"
         raise CheckFailed(f"generate gave {list(got)}, expected {expected}", hint)
     if calls[0] != [3, 1] or calls[-1] != ids[:-1]:
