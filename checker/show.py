@@ -209,6 +209,20 @@ def picture(matrix: np.ndarray, width: int = 8) -> str:
     return "\n".join("    " + r for r in rows)
 
 
+def side_by_side(yours: np.ndarray, solution: np.ndarray, width: int = 8) -> str:
+    """``picture`` of both matrices, the solution's rows beside yours: a
+    saturated row (1.00 / 0.00) or a shifted diagonal shows at a glance."""
+    left = [line[4:] for line in picture(yours, width).splitlines()]
+    right = [line[4:] for line in picture(solution, width).splitlines()]
+    pad = max([len("yours"), *map(len, left)])
+    rows = [f"{'yours':<{pad}}   | solution"]
+    for i in range(max(len(left), len(right))):
+        a = left[i] if i < len(left) else ""
+        b = right[i] if i < len(right) else ""
+        rows.append(f"{a:<{pad}}   | {b}")
+    return "\n".join("    " + r for r in rows)
+
+
 def first(values: np.ndarray, n: int = 6) -> str:
     flat = np.asarray(values, dtype=np.float64).ravel()[:n]
     return "[" + ", ".join("-inf" if np.isneginf(v) else f"{v:.4f}" for v in flat) + (", ...]" if values.size > n else "]")
@@ -271,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     ok, summary = compare(got, want)
     print(f"  {summary}")
     if solution.picture is not None:
-        print(f"  {solution.picture_name}, yours:")
-        print(picture(learner.picture if learner.picture is not None else got))
+        print(f"  {solution.picture_name}:")
+        print(side_by_side(learner.picture if learner.picture is not None else got, solution.picture))
         if args.png:
             draw({"yours": np.asarray(learner.picture), "solution": np.asarray(solution.picture)},
                  solution.picture_name, args.png)

@@ -60,3 +60,17 @@ def test_picture_and_png(tmp_path, capsys):
 
 def test_unknown_step_is_a_usage_error(capsys):
     assert show.main(["17"]) == 2
+
+
+def test_the_solution_s_rows_are_printed_beside_yours(tmp_path, capsys):
+    # Issue 43: show printed only the learner's matrix; a mask compared with
+    # >= instead of > is plain when the solution's rows stand beside it.
+    path = tmp_path / "step_02.py"
+    path.write_text(solution_path("02").read_text().replace("hidden = F.greater(", "hidden = F.greater_equal("))
+    code, out = run(capsys, "02", "--file", str(path))
+    assert code == 1
+    header, first_row = out.split("mask (0 visible, -inf hidden):\n")[1].splitlines()[:2]
+    assert header.split() == ["yours", "|", "solution"]
+    yours, solution = first_row.split("|")
+    assert yours.split() == ["0.00", "0.00", "-inf", "-inf", "-inf", "-inf"]
+    assert solution.split() == ["0.00", "0.00", "0.00", "-inf", "-inf", "-inf"]
