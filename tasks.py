@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 import venv
 from pathlib import Path
@@ -63,11 +64,18 @@ def ensure_venv() -> None:
         print(f"tasks.py: creating {VENV} with Python {sys.version.split()[0]}", file=sys.stderr)
         venv.create(VENV, with_pip=True)
     print("tasks.py: installing the pinned dependencies from pyproject.toml (about a minute)", file=sys.stderr)
-    subprocess.run(
+    start = time.perf_counter()
+    # pip's own stream (and any warnings from this machine's pip configuration)
+    # is kept back: shown only when the install fails.
+    done = subprocess.run(
         [str(venv_bin() / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
          "-e", f"{ROOT}[test]"],
-        check=True,
+        capture_output=True, text=True,
     )
+    if done.returncode != 0:
+        print(done.stdout + done.stderr, file=sys.stderr)
+        raise SystemExit(f"tasks.py: installing the dependencies failed (pip exit {done.returncode}); pip's output is above")
+    print(f"tasks.py: dependencies installed in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     STAMP.write_text(want + "\n")
 
 

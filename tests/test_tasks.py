@@ -92,3 +92,32 @@ def test_messages_name_commands_the_way_the_learner_runs_tasks(monkeypatch):
     monkeypatch.delenv("PIXI_PROJECT_ROOT")
     monkeypatch.setattr(tasks.shutil, "which", lambda name: None)  # run by hand, no pixi on this machine
     assert tasks.task_command("s07") == "python3.13 tasks.py s07"
+
+
+def test_the_first_install_prints_a_few_lines_not_pip_s_stream(tmp_path, monkeypatch, capsys):
+    # Issue 43: the first `tasks.py s01` buried its output under dozens of pip WARNING lines.
+    import subprocess
+
+    import pytest
+
+    import tasks
+
+    monkeypatch.setattr(tasks, "VENV", tmp_path / "venv")
+    monkeypatch.setattr(tasks, "STAMP", tmp_path / "venv" / ".installed-from")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").write_text("")
+    noise = "WARNING: Location 'file:///x/simple/mdurl/' is ignored\n" * 40
+
+    def pip(args, **kwargs):
+        return subprocess.CompletedProcess(args, returncode=pip.code, stdout="", stderr=noise)
+
+    monkeypatch.setattr(tasks.subprocess, "run", pip)
+    pip.code = 0
+    tasks.ensure_venv()
+    err = capsys.readouterr().err
+    assert "WARNING" not in err and len(err.splitlines()) == 2 and "dependencies installed in" in err
+    tasks.STAMP.unlink()
+    pip.code = 1
+    with pytest.raises(SystemExit, match="pip exit 1"):
+        tasks.ensure_venv()
+    assert "WARNING: Location" in capsys.readouterr().err  # a failure shows what pip said
