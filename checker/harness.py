@@ -139,7 +139,8 @@ def describe_exception(exc: BaseException, learner_path: Path) -> tuple[str, str
         return f"{where}this part is still a TODO", hint
     text = str(exc)
     if "Failed to create op" in text and "Diagnostics:" in text:
-        return f"{where}{type(exc).__name__}: {_graph_op_error(text)}", _shape_hint(text, hint)
+        hint = _mask_width_hint(text, learner_path) or _shape_hint(text, hint)
+        return f"{where}{type(exc).__name__}: {_graph_op_error(text)}", hint
     return f"{where}{type(exc).__name__}: {_first_lines(text)}", hint
 
 
@@ -155,6 +156,27 @@ def _graph_op_error(text: str) -> str:
     at = next(i for i, line in enumerate(lines) if line.startswith("Diagnostics:"))
     reason = next((line for line in lines[at + 1:] if not line.startswith("Failed to infer")), "")
     return "\n".join([op, *("  " + i for i in inputs), "  why: " + reason])
+
+
+def _mask_width_hint(text: str, learner_path: Path) -> str | None:
+    """The scores [.., seq, keys] + a mask [seq, fewer keys]: a causal mask
+    built for the new tokens alone, without the cached ones (past_len not
+    passed). MAX fails at the add; the mistake is where the mask was made, so
+    the hint names that line of the learner's file."""
+    if "'AddOp'" not in text:
+        return None
+    shapes = [[d.strip() for d in m.split(",")] for m in re.findall(r"shape=\[(.*?)\]", text)]
+    shapes = [[re.sub(r"Dim\((.*?)\)", r"\1", d) for d in shape] for shape in shapes]
+    scores = next((sh for sh in shapes if len(sh) == 4), None)
+    mask = next((sh for sh in shapes if len(sh) == 2), None)
+    if scores is None or mask is None or mask[0] != scores[2] or mask[1] == scores[3]:
+        return None
+    made = [(n, line.strip()) for n, line in enumerate(learner_path.read_text().splitlines(), 1)
+            if "causal_mask(" in line and not line.lstrip().startswith(("#", "def "))]
+    where = "; ".join(f"{learner_path.name}:{n}: `{code}`" for n, code in made) or "where you build it"
+    return (f"the scores have {scores[3]} keys (the cached ones and the new) but the mask is [{mask[0]}, {mask[1]}]: "
+            f"build the mask for every key, causal_mask(seq_len, past_len) with past_len = the cached length "
+            f"(k.shape[2] - seq_len). The mask is made at {where}")
 
 
 def _shape_hint(text: str, default: str) -> str:

@@ -66,6 +66,8 @@ MISTAKES = [
     ("06", "table transposed",
      [("random.normal([n_positions, n_embd])", "random.normal([n_embd, n_positions])")], "[n_positions, n_embd]"),
     # step 07: attention (every mistake the issue names, each with its own hint)
+    ("07", "mask without past_len", [("causal_mask(seq, k.shape[2] - seq, dtype", "causal_mask(seq, dtype")],
+     "causal_mask(seq_len, past_len) with past_len = the cached length (k.shape[2] - seq_len). The mask is made at"),
     ("07", "no 1/sqrt(head_dim) scale", [(" * (1.0 / math.sqrt(self.head_dim))", "")], "scale the scores by 1 / sqrt(head_dim)"),
     ("07", "scaled by sqrt(n_embd)", [("math.sqrt(self.head_dim)", "math.sqrt(self.n_embd)")], "not 1 / sqrt(n_embd)"),
     ("07", "no causal mask", [("F.softmax(scores + mask, axis=-1)", "F.softmax(scores, axis=-1)")], "add the causal mask"),
