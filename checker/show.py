@@ -262,6 +262,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import importlib
 
+    from model.course import imported_steps, steps_needed, unfinished_steps
+
+    # An earlier step this file runs that is still a TODO would fail the
+    # learner's run anyway: say so now, before the solution's kernels compile
+    # (minutes on a cold cache).
+    uses = steps_needed(*imported_steps(path))
+    earlier = unfinished_steps(*uses)
+    if earlier:
+        uses = ", ".join(uses)
+        todo = ", ".join(f"steps/step_{n}.py (line {line})" for n, line in earlier)
+        print(f"Step {step} runs your steps {uses}; still TODO: {todo}.\n"
+              f"  hint: finish them first, in order: {', '.join(task_command('s' + n) for n, _ in earlier)}")
+        return 1
     solution = SHOWS[step](importlib.import_module(f"solutions.solution_{step}"))
     print(f"Step {step} ({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}) on its fixed input:")
     for name, value in solution.inputs.items():

@@ -30,6 +30,11 @@ def steps_folder() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def imported_steps(path: Path) -> list[str]:
+    """The learner's step files that the file at ``path`` imports itself (``from steps.step_NN import``)."""
+    return sorted(set(_IMPORT.findall(path.read_text())))
+
+
 def steps_needed(*roots: str, folder: Path | None = None) -> list[str]:
     """The learner's step files that ``roots`` import, directly or not, roots included, in order."""
     folder = folder or steps_folder()

@@ -40,7 +40,9 @@ def test_solution_matches(step, capsys):
 def test_skeleton_names_its_todo(step, tmp_path, capsys):
     code, out = run(capsys, step, "--file", str(skeleton_file(step, tmp_path)))
     assert code == 1, out
-    assert "TODO" in out and "the solution gives" in out
+    # Its own TODO, with the solution's output; or, where it runs earlier
+    # steps of the repository's steps/ (skeletons too), those, before anything runs.
+    assert ("TODO" in out and "the solution gives" in out) or f"Step {step} runs your steps 0" in out
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -74,3 +76,14 @@ def test_the_solution_s_rows_are_printed_beside_yours(tmp_path, capsys):
     yours, solution = first_row.split("|")
     assert yours.split() == ["0.00", "0.00", "-inf", "-inf", "-inf", "-inf"]
     assert solution.split() == ["0.00", "0.00", "0.00", "-inf", "-inf", "-inf"]
+
+
+def test_an_unfinished_earlier_step_is_named_before_anything_compiles(capsys, monkeypatch):
+    # Issue 43: the first `show 07` took 233 s (the solution's kernels) before
+    # failing on an unfinished step 01. The repository's steps/ are skeletons.
+    import checker.show as shown
+
+    monkeypatch.setattr(shown, "SHOWS", {**shown.SHOWS, "07": lambda module: pytest.fail("nothing may run")})
+    code, out = run(capsys, "07")
+    assert code == 1
+    assert "Step 07 runs your steps 01, 02; still TODO: steps/step_01.py (line" in out and "steps/step_02.py" in out
