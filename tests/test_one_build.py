@@ -35,7 +35,8 @@ def test_no_second_build(path):
     for name, line in calls(path):
         assert name not in ("setattr", "importlib.import_module", "__import__"), f"{rel}:{line}: {name}()"
         if path != BUILD:
-            assert not name.endswith(".compile"), f"{rel}:{line}: compiles a graph outside model/gpt2.py"
+            # (re.compile builds a regular expression, not a graph)
+            assert not name.endswith(".compile") or name == "re.compile", f"{rel}:{line}: compiles a graph outside model/gpt2.py"
             assert not name.endswith("GPT2LMHeadModel"), f"{rel}:{line}: builds a model outside model/gpt2.py"
             assert name not in ("build_lm", "InPlaceGraph", "ConcatGraph", "_compile"), f"{rel}:{line}: {name}() outside the build"
 
