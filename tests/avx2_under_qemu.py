@@ -31,7 +31,7 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the project, and test_fast_linear's graph
 stub = types.ModuleType("max._kv_cache_ops")
 stub.__getattr__ = lambda name: (lambda *args, **kwargs: None)
 sys.modules["max._kv_cache_ops"] = stub
@@ -65,43 +65,10 @@ def repack_check() -> bool:
 
 
 def kernels_check() -> bool:
-    from max.driver import CPU
-    from max.dtype import DType
-    from max.experimental import functional as F
-    from max.experimental import nn
     from max.experimental.tensor import Tensor
-    from max.graph import TensorType
+    from test_fast_linear import compiled_layers
 
-    from model.fast_linear import few_rows_linear_class
-    from model.quantize import (dequantize_q4_0, dequantize_q8_0, interleave_q8_0, kernel_linear_classes, pack_q4_0,
-                                quantize_q4_0, quantize_q8_0)
-
-    Q8_0Linear, Q4_0Linear = kernel_linear_classes()
-    rng = np.random.default_rng(1)
-    arrays = {"f32.weight": rng.standard_normal((37, 48)).astype(np.float32),
-              "f32.bias": rng.standard_normal(37).astype(np.float32), "q8.bias": rng.standard_normal(37).astype(np.float32)}
-    codes, scales = quantize_q8_0(rng.standard_normal((37, 128)).astype(np.float32))
-    arrays["q8.weight"], arrays["q8.scales"] = interleave_q8_0(codes, scales)
-    q4 = quantize_q4_0(np.concatenate([rng.standard_normal((37, 128)), np.zeros((27, 128))]).astype(np.float32))
-    arrays["q4.weight"], arrays["q4.bias"] = pack_q4_0(q4, 32), rng.standard_normal(37).astype(np.float32)
-    arrays["q4b.weight"], arrays["q4b.bias"] = pack_q4_0(q4, 16), arrays["q4.bias"]
-
-    class Four(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.f32 = few_rows_linear_class()(48, 37)
-            self.q8 = Q8_0Linear(128, 37)
-            self.q4 = Q4_0Linear(128, 37, band=32)
-            self.q4b = Q4_0Linear(128, 37, band=16)
-
-        def forward(self, a, b):
-            return self.f32(a), self.q8(b), self.q4(b), self.q4b(b)
-
-    with F.lazy():
-        four = Four()
-    types_ = [TensorType(DType.float32, ["batch", "seq", width], device=CPU()) for width in (48, 128)]
-    compiled = four.compile(*types_, weights=arrays)
-    q8_dense, q4_dense = dequantize_q8_0(codes, scales), dequantize_q4_0(q4)[:37]
+    compiled, arrays, q8_dense, q4_dense = compiled_layers("auto")
     good = True
     for batch, seq in [(1, 1), (1, 3), (2, 5), (1, 17), (3, 20)]:
         r = np.random.default_rng(batch * 100 + seq)

@@ -139,14 +139,15 @@ def kernel_paths() -> list:
     return out
 
 
-@pytest.fixture(scope="module", params=kernel_paths())
-def layers(request):
-    """One compiled graph per kernel path holding every kernel's layers:
-    float32 48 -> 37 (a width that is not a multiple of the 16 lanes, a
-    height not a multiple of the 8-row tile), Q8_0 128 -> 37, and Q4_0 128
-    -> 37 packed in bands of 32 and of 16 rows (one of them the band MAX's
-    kernel reads here, which prompts hand to it; the other runs this
-    project's band kernel for every row); rows are symbolic."""
+def compiled_layers(path: str = "auto"):
+    """One compiled graph on kernel path ``path`` holding every kernel's
+    layers: float32 48 -> 37 (a width that is not a multiple of the 16
+    lanes, a height not a multiple of the 8-row tile), Q8_0 128 -> 37, and
+    Q4_0 128 -> 37 packed in bands of 32 and of 16 rows (one of them the band
+    MAX's kernel reads here, which prompts hand to it; the other runs this
+    project's band kernel for every row); rows are symbolic. Returns the
+    compiled graph, its arrays, and the dense Q8_0 and Q4_0 weights.
+    (tests/avx2_under_qemu.py builds the same graph under an emulated CPU.)"""
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental import functional as F
@@ -156,7 +157,6 @@ def layers(request):
     from model.fast_linear import few_rows_linear_class
     from model.quantize import kernel_linear_classes
 
-    path = request.param
     Q8_0Linear, Q4_0Linear = kernel_linear_classes()
     rng = np.random.default_rng(1)
     arrays = {"f32.weight": rng.standard_normal((37, 48)).astype(np.float32),
@@ -185,6 +185,12 @@ def layers(request):
     types = [TensorType(DType.float32, ["batch", "seq", width], device=CPU()) for width in (48, 128)]
     compiled = four.compile(*types, weights=arrays)
     return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales), dequantize_q4_0(q4_blocks)[:37]
+
+
+@pytest.fixture(scope="module", params=kernel_paths())
+def layers(request):
+    """compiled_layers on each kernel path this CPU can run."""
+    return compiled_layers(request.param)
 
 
 @pytest.mark.parametrize("batch, seq", [(1, 1), (1, 3), (1, 7), (2, 5), (1, FEW_ROWS), (1, FEW_ROWS + 1), (3, 20)])
