@@ -17,7 +17,7 @@ or our tokens/s / theirs): above 1 we win. llama.cpp is compared at the same
 weight format (float32 with f32, q8_0 with q8_0, q4_0 with q4_0).
 
 Weights: --model names a checkpoint; by default a random checkpoint of the
-chosen GPT-2 size is written once under ~/.cache/gpt2-on-max (speed does not
+chosen GPT-2 size is written once in the cache folder (model/caches.py; speed does not
 depend on the values). The baselines are optional, and each is skipped with
 a message when absent: llama.cpp (bench/llama_cpp.py builds it from PyPI;
 --llama-cpp or GPT2_MAX_LLAMA_CPP names another build) and HF, which needs
@@ -43,29 +43,10 @@ import numpy as np  # noqa: E402
 
 from bench.measure import peak_rss_mb, timed  # noqa: E402
 from model.device import DTYPES, QUANTIZED_DTYPES  # noqa: E402
-from model.fast_linear import LINEARS  # noqa: E402
-from model.saved_graphs import cache_root  # noqa: E402
+from bench.common import PER_PROCESS, merge_rounds, random_checkpoint, spread  # noqa: E402,F401
+from model.options import LINEARS  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-CACHE = cache_root()
-
-
-def random_checkpoint(size: str) -> Path:
-    """A random checkpoint of a GPT-2 size, with GPT-2's tokenizer files (the
-    memory bench and the GGUF export read them), written once."""
-    from solutions.solution_01 import GPT2Config
-    from weights.synthetic import copy_gpt2_tokenizer, write_checkpoint
-
-    folder = CACHE / f"bench-{size}-random"
-    if not (folder / "model.safetensors").is_file():
-        c = GPT2Config.from_name(size)
-        sizes = dict(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd, n_layer=c.n_layer,
-                     n_head=c.n_head)
-        print(f"writing a random {size} checkpoint to {folder} (once)", file=sys.stderr)
-        write_checkpoint(folder, sizes, seed=0, tokenizer=True)
-    elif not (folder / "vocab.json").is_file():  # written by an earlier version without them
-        copy_gpt2_tokenizer(folder)
-    return folder
 
 
 LONG_CONTEXT = 896  # decode tokens 896-1024 of GPT-2's 1024-token window
@@ -73,10 +54,10 @@ LONG_CONTEXT = 896  # decode tokens 896-1024 of GPT-2's 1024-token window
 
 def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,
                  prefill=(16, 512), batches=(1, 8), long_context: int = LONG_CONTEXT, linear: str = "custom") -> dict:
-    from model.gpt2 import load_gpt2
+    from model.gpt2 import BuildOptions, load_gpt2
 
     start = time.perf_counter()
-    gpt2 = load_gpt2(folder, device=device, dtype=dtype, linear=linear, with_tokenizer=False)
+    gpt2 = load_gpt2(folder, BuildOptions(device=device, dtype=dtype, linear=linear), with_tokenizer=False)
     load_s = time.perf_counter() - start
     vocab = gpt2.config.vocab_size
     rng = np.random.default_rng(0)
@@ -129,8 +110,8 @@ def cold_compile_seconds(folder: Path, dtype: str) -> float:
     import tempfile
 
     with tempfile.TemporaryDirectory() as empty:
-        code = ("from model.gpt2 import load_gpt2; import sys; "
-                f"g = load_gpt2({str(folder)!r}, device='cpu', dtype={dtype!r}, with_tokenizer=False); "
+        code = ("from model.gpt2 import BuildOptions, load_gpt2; "
+                f"g = load_gpt2({str(folder)!r}, BuildOptions(device='cpu', dtype={dtype!r}), with_tokenizer=False); "
                 "print(g.compile_seconds)")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent,
                               env=dict(os.environ, XDG_CACHE_HOME=empty, GPT2_MAX_SAVED_GRAPHS="0"))
@@ -176,40 +157,6 @@ def ratio(ours: dict, other: dict | None, key: str, sub: str | None, higher: boo
 
 # Figures of a whole process: a round whose process compiled its graph (the
 # first, after a change to model/) also holds the compiler's time and memory.
-PER_PROCESS = ("compile_s", "load_s", "start_to_first_token_s", "peak_rss_mb")
-
-
-def merge_rounds(rounds: list[list[dict]], key: str = "dtype") -> list[dict]:
-    """One result per precision (or other ``key``) from several rounds: every
-    number the median of that number across the rounds that measured it
-    (nested figures too), everything else as the first round had it; the
-    PER_PROCESS figures from the rounds that loaded a saved graph, where
-    there are any (a compile is not a start)."""
-    def merge(values: list):
-        if all(isinstance(v, dict) for v in values):
-            return {k: merge([v[k] for v in values if k in v]) for k in values[0]}
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            return statistics.median(values)
-        return values[0]
-
-    by_key: dict = {}
-    for results in rounds:
-        for r in results:
-            by_key.setdefault(r[key], []).append(r)
-    merged = []
-    for rs in by_key.values():
-        m = merge(rs)
-        warm = [r for r in rs if r.get("saved_graph")]
-        m.update({k: merge([r[k] for r in warm]) for k in PER_PROCESS if warm and all(k in r for r in warm)})
-        merged.append(m)
-    return merged
-
-
-def spread(ratios: list[float]) -> str:
-    """Each round's ratio, then their median: "0.50 / 0.90 / 1.50 (median 0.90x)"."""
-    return f"{' / '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f}x)"
-
-
 def round_ratios(rounds: list[tuple[list[dict], list[dict]]]) -> list[str]:
     """Per precision and figure, this project against llama.cpp at the same
     weight format in each round (both measured minutes apart), and their

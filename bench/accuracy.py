@@ -27,12 +27,12 @@ DEMO = REFERENCE.parent.parent / "weights" / "demo"
 
 
 def measure(name: str, dtype: str) -> dict:
-    from model.gpt2 import load_gpt2
+    from model.gpt2 import BuildOptions, load_gpt2
 
     folder = DEMO if name == "demo" else REFERENCE / name
     with np.load(REFERENCE / name / "reference.npz") as data:
         ref = {k: data[k] for k in data.files}
-    gpt2 = load_gpt2(folder, device="cpu", dtype=dtype, with_tokenizer=False)
+    gpt2 = load_gpt2(folder, BuildOptions(device="cpu", dtype=dtype), with_tokenizer=False)
     logits = gpt2.forward_logits(ref["ids"])
     prompt, greedy = ref["prompt"], ref["greedy"][0]
     forced = gpt2.forward_logits(np.concatenate([prompt, greedy[None, :-1]], axis=1))[0, prompt.shape[1] - 1:]

@@ -18,7 +18,7 @@ adds a bias to every product and gelu to c_fc's, as in the model, where MAX
 fuses them into the op: how the op stores its results then counts (stored
 one by one, the layers' attn c_proj, c_fc and mlp c_proj at 12 rows took
 2.5 ms longer with them than without). This, with the whole model's prompt, is where
-model/fast_linear.py's FEW_ROWS came from. (Above FEW_ROWS rows the fp32 op hands the product to
+model/layers/few_rows.py's FEW_ROWS came from. (Above FEW_ROWS rows the fp32 op hands the product to
 MAX's own matmul from inside itself, so there the two columns time the same
 kernel.)
 
@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository (git reads older kernels from it)
 
 SHAPES = [(3072, 768), (768, 3072)] * 12
 STEP_SHAPES = [(2304, 768), (768, 768), (3072, 768), (768, 3072)] * 12 + [(50257, 768)]
@@ -78,7 +80,7 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
     from max.graph import DeviceRef, Graph, TensorType, ops
 
     from model import cpu as cpu_paths
-    from model.fast_linear import kernel_library
+    from model.layers.custom_op import kernel_library
     from model.quantize import Q8_0_TILE, padded_rows
 
     parameters = None if kind.endswith(THEN) else {"isa": cpu_paths.PATHS[cpu_paths.kernel_path(path)]}
@@ -163,10 +165,8 @@ def renamed(source: str) -> str:
 def library_at(rev: str) -> Path:
     """model/kernels as of git revision ``rev``, every op and struct renamed
     with THEN (so that both versions load in one session), compiled."""
-    from mojo.run import subprocess_run_mojo
-
-    from model.fast_linear import KERNELS
-    from model.saved_graphs import ROOT, cache_root
+    from model import caches
+    from model.layers.custom_op import KERNELS, precompile
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout
@@ -175,7 +175,7 @@ def library_at(rev: str) -> Path:
     folder = KERNELS.relative_to(ROOT).as_posix()
     # Named by MAX's version too, as kernel_library's are (a library compiled by another MAX does
     # not load), without dots: the compiler takes the module's name from the file's.
-    library = cache_root() / "kernels" / f"then_{sha[:12]}_max{importlib.metadata.version('max').replace('.', '_')}.mojoc"
+    library = caches.folder("kernels") / f"then_{sha[:12]}_max{importlib.metadata.version('max').replace('.', '_')}.mojoc"
     if library.is_file():
         return library
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,17 +183,13 @@ def library_at(rev: str) -> Path:
         package.mkdir()
         for name in git("ls-tree", "--name-only", f"{sha}:{folder}").split():
             (package / name).write_text(renamed(git("show", f"{sha}:{folder}/{name}")))
-        library.parent.mkdir(parents=True, exist_ok=True)
-        done = subprocess_run_mojo(["precompile", str(package), "-o", str(library)], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"model/kernels at {rev} did not compile:\n{done.stderr}")
+        precompile(package, library)
     return library
 
 
 def has_op(rev: str, kind: str) -> bool:
     """Whether model/kernels at ``rev`` registers ``few_rows_matmul_<kind>``."""
-    from model.fast_linear import KERNELS
-    from model.saved_graphs import ROOT
+    from model.layers.custom_op import KERNELS
 
     folder = KERNELS.relative_to(ROOT).as_posix()
     found = subprocess.run(["git", "grep", "-q", f'register("few_rows_matmul_{kind}")', rev, "--", folder], cwd=ROOT)
@@ -226,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     from max.engine import InferenceSession
 
     from model.cpu import q4_0_band
-    from model.fast_linear import kernel_library
+    from model.layers.custom_op import kernel_library
     from model.quantize import (dequantize_q4_0, dequantize_q8_0, interleave_q8_0, pack_q4_0, quantize_q4_0,
                                 quantize_q8_0, with_padded_rows)
 

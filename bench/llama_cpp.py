@@ -1,6 +1,6 @@
 """llama.cpp as the bench's second baseline: build it, convert, measure.
 
-    python -m bench.llama_cpp setup          # build llama.cpp under ~/.cache/gpt2-on-max/llama.cpp (~10 min, 2 cores)
+    python -m bench.llama_cpp setup          # build llama.cpp in the cache folder (model/caches.py; ~10 min, 2 cores)
     python -m bench                          # finds it there; or --llama-cpp BIN_DIR / GPT2_MAX_LLAMA_CPP
 
 Where llama.cpp comes from: PyPI's ``llama-cpp-python`` sdist carries
@@ -26,7 +26,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from model.saved_graphs import cache_root
+from model import caches
 
 VERSION = "0.3.36"  # llama-cpp-python; its vendor/llama.cpp is what is built
 TARGETS = ("llama-bench", "llama-quantize", "llama-completion", "llama-server")
@@ -34,7 +34,7 @@ PRECISIONS = ("f32", "q8_0", "q4_0")
 
 
 def default_dir() -> Path:
-    return cache_root() / "llama.cpp"
+    return caches.folder("llama.cpp")
 
 
 def sources(build_dir: Path) -> Path:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.__main__ import random_checkpoint
+from bench.common import random_checkpoint
 
 HERE = Path(__file__).resolve().parent
 SENTENCE = "The cat sat on the mat because it was tired. "  # 11 tokens

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from model.fast_linear import LINEARS
+from model.options import LINEARS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,14 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--context", type=int, default=16, help="tokens prefilled before the timed steps (default: 16)")
     p.add_argument("--linear", choices=LINEARS, default="custom",
-                   help="custom: the project's few-rows kernels (model/fast_linear.py); course: nn.Linear")
+                   help="custom: the project's few-rows kernels (model/layers/few_rows.py); course: nn.Linear")
     args = p.parse_args(argv)
-    from bench.__main__ import random_checkpoint
-    from model.gpt2 import load_gpt2
+    from bench.common import random_checkpoint
+    from model.gpt2 import BuildOptions, load_gpt2
     from model.sampling import Sampling, next_token
 
     folder = Path(args.model) if args.model else random_checkpoint("gpt2")
-    gpt2 = load_gpt2(folder, device="cpu", dtype=args.dtype, linear=args.linear, with_tokenizer=False)
+    gpt2 = load_gpt2(folder, BuildOptions(device="cpu", dtype=args.dtype, linear=args.linear), with_tokenizer=False)
     graph_seconds: list[float] = []
     model = gpt2.compiled.engine_model
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model.fast_linear import LINEARS
+from model.options import LINEARS
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT_TOKENS = (16, 64, 128, 256)  # the mix, cycled over the requests
@@ -206,7 +206,7 @@ def table(ours: list[dict], llama: list[dict] | None) -> str:
 def round_ratios(rounds: list[tuple[list[dict], list[dict] | None]]) -> list[str]:
     """Per concurrency, each round's output tokens/s against llama-server's in
     the same round, and their median."""
-    from bench.__main__ import spread
+    from bench.common import spread
 
     lines = []
     for c in dict.fromkeys(r["concurrency"] for ours, _ in rounds for r in ours):
@@ -243,9 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",")]
 
-    from bench.__main__ import merge_rounds, random_checkpoint
+    from bench.common import merge_rounds, random_checkpoint
     from bench.llama_cpp import built, gguf_files
-    from model.saved_graphs import cache_root
+    from model import caches
     from weights import load_tokenizer, read_config, resolve_model
 
     folder = resolve_model(args.model) if args.model else random_checkpoint("gpt2")
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     texts = prompts(tokenizer, len(lengths) * 4, lengths=lengths)
     # Random ids may re-tokenize longer than they were drawn: room for twice the longest.
     window = min(n_positions, 2 * max(lengths) + args.max_tokens + 16)
-    logs = cache_root() / "bench-serve"
+    logs = caches.folder("bench-serve")
     logs.mkdir(parents=True, exist_ok=True)
     threads = str(os.cpu_count() or 1)
     batch = str(max(levels))

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from model.device import DEVICES, DeviceError
-from weights import WeightsError, read_config, resolve_model
+from weights import WeightsError, open_checkpoint
 
 EXIT_USAGE = 2
 DPI = 100
@@ -43,15 +43,16 @@ class UsageError(Exception):
 _LOADED: dict[tuple[str, str, int, str], object] = {}
 
 
-def load_attention_model(model: str | Path, layer: int, device: str = "auto", impl: str = "solutions"):
-    """``load_gpt2(model, device, attention_layer=layer)``, once per process
-    (the tests and a notebook draw several prompts from one model)."""
-    from model.device import choose
-    from model.gpt2 import load_gpt2
+def load_attention_model(model, layer: int, device: str = "auto", impl: str = "solutions"):
+    """``load_gpt2(model, BuildOptions(..., attention_layer=layer))``, once per
+    process (the tests and a notebook draw several prompts from one model).
+    ``model``: a hub id, a folder or an opened ``weights.Checkpoint``."""
+    from model.gpt2 import BuildOptions, load_gpt2
 
-    key = (str(model), choose(device).kind, layer, impl)
+    options = BuildOptions(impl=impl, device=device, attention_layer=layer)
+    key = (str(getattr(model, "folder", model)), options.placement.kind, layer, impl)
     if key not in _LOADED:
-        _LOADED[key] = load_gpt2(model, device=device, impl=impl, attention_layer=layer)
+        _LOADED[key] = load_gpt2(model, options)
     return _LOADED[key]
 
 
@@ -148,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.prompt.strip():
             raise UsageError("the prompt is empty")
-        folder = resolve_model(args.model)
-        heads = check_request(read_config(folder), args.layer, args.head)  # before the slow part
+        checkpoint = open_checkpoint(args.model)  # read once: the build takes it as it is
+        heads = check_request(checkpoint.config, args.layer, args.head)  # before the slow part
         if args.impl == "steps":
             from model.course import MODEL_STEPS, unfinished_message, unfinished_steps
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             unfinished = unfinished_steps(*roots)
             if unfinished:  # all of them at once, before anything compiles
                 raise UsageError(unfinished_message(unfinished, roots))
-        gpt2 = load_attention_model(folder, args.layer, args.device, args.impl)
+        gpt2 = load_attention_model(checkpoint, args.layer, args.device, args.impl)
         ids = gpt2.tokenizer.encode(args.prompt)
         if len(ids) > gpt2.config.n_positions:
             raise UsageError(f"the prompt is {len(ids)} tokens; this model reads at most {gpt2.config.n_positions}")

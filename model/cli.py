@@ -12,7 +12,7 @@ from pathlib import Path
 from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
 
 from model.device import DEVICES, DTYPES, DeviceError
-from model.fast_linear import LINEARS
+from model.options import LINEARS
 from model.sampling import Sampling
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
                         "(default: auto)")
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="float32 on the CPU: custom = this project's Mojo kernel for few rows "
-                        "(model/fast_linear.py: decoding ~1.2x faster than MAX's matmul); course = step 04's "
+                        "(model/layers/few_rows.py: decoding ~1.2x faster than MAX's matmul); course = step 04's "
                         "nn.Linear (MAX's matmul) (default: custom)")
     p.add_argument("--impl", default="solutions", choices=("solutions", "steps"),
                    help="which code builds the model: the reference solutions, or your own steps/ files")
@@ -130,16 +130,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from model.course import MODEL_STEPS
     from model.generate import ContextError, encode_prompts, generate
-    from model.gpt2 import load_gpt2
-    from weights import WeightsError, load_tokenizer, read_config, resolve_model
+    from model.gpt2 import BuildOptions, load_gpt2
+    from weights import WeightsError, open_checkpoint
 
     start = time.perf_counter()
     try:
         # Prompts are checked before the model is built: a usage error costs
-        # a second, not a compile.
-        folder = resolve_model(args.model)
-        config = read_config(folder)  # step 01's GPT2Config; imports no MAX
-        encode_prompts(load_tokenizer(folder, config), prompts, config)
+        # a second, not a compile. The build reads the same checkpoint.
+        checkpoint = open_checkpoint(args.model)  # step 01's GPT2Config; imports no MAX
+        encode_prompts(checkpoint.tokenizer, prompts, checkpoint.config)
     except (WeightsError, ContextError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
@@ -151,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {unfinished_message(unfinished)}", file=err)
             return EXIT_USAGE
     try:
-        gpt2 = load_gpt2(folder, device=args.device, dtype=args.dtype, impl=args.impl, linear=args.linear)
+        options = BuildOptions(impl=args.impl, device=args.device, dtype=args.dtype, linear=args.linear)
+        gpt2 = load_gpt2(checkpoint, options)
     except (WeightsError, DeviceError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE

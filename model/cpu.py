@@ -26,7 +26,7 @@ import functools
 import os
 import platform
 
-from model.device import DeviceError
+from model.errors import DeviceError
 
 ENV = "GPT2_MAX_KERNEL_PATH"
 # The op parameter each path passes (model/kernels/isa.mojo's AUTO, AVX512_VNNI, AVX2, PORTABLE).

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from model.errors import DeviceError
+
 DEVICES = ("auto", "cpu", "gpu")
 QUANTIZED_DTYPES = ("q8_0", "q6_k", "q4_0")  # the encodings of model/quantize.py
 DTYPES = ("auto", "float32", "bfloat16", *QUANTIZED_DTYPES)
-
-
-class DeviceError(Exception):
-    """A device or dtype request that cannot be met; one line for the user."""
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,17 @@
-"""Weight-only quantization (GGUF's Q8_0, Q6_K and Q4_0) for the CPU.
+"""Weight-only quantization (GGUF's Q8_0, Q6_K and Q4_0) for the CPU: the formats, in numpy.
 
 Why: decoding one token at batch 1 reads every weight once, so its speed is
 the memory bandwidth divided by the bytes of weights (fp32 GPT-2 124M is
 ~500 MB per token); fewer bytes a weight is the lever. Which kernel runs
 each format:
 
-    q8_0   this project's op (model/kernels/matmul.mojo), any number of rows:
-           MAX has no 8-bit matmul that keeps float32 results
-    q4_0   this project's op (model/kernels/q4_0.mojo) over the layout MAX's
-           Q4_0 kernel reads (``pack_q4_0``): its own prefetching kernel for
-           one row, MAX's kernel for a prompt where the band is MAX's
-    q6_k   MAX's ``F.qmatmul`` on the GGUF blocks as they are
+    q8_0   model/layers/q8_0.py: this project's op (model/kernels/matmul.mojo),
+           any number of rows: MAX has no 8-bit matmul that keeps float32 results
+    q4_0   model/layers/q4_0.py: this project's op (model/kernels/q4_0.mojo)
+           over the layout MAX's Q4_0 kernel reads (``pack_q4_0``): its own
+           prefetching kernel for one row, MAX's kernel for a prompt where
+           the band is MAX's
+    q6_k   model/layers/qmatmul.py: MAX's ``F.qmatmul`` on the GGUF blocks as they are
 
 The ops are one call per layer, so MAX fuses the bias add (and gelu) into
 them. What was tried instead (bfloat16, int8 cast in the graph, MAX's int8
@@ -46,8 +47,8 @@ negative code, as ggml's reference Q4_0 does), not by ggml's error search.
 What is quantized: every Linear layer the model is built with, i.e. the
 four of every block (c_attn, c_proj, c_fc, mlp.c_proj) and the LM head (a
 quantized copy of the tied wte table; the embedding lookup keeps reading the
-float32 table, one row per token). The build passes ``quantized_linear(enc)``
-as the course's ``linear`` maker (steps 04, 07, 11), so the layers are
+float32 table, one row per token). The build passes model/layers'
+``quantized_linear(enc)`` as the course's ``linear`` maker (steps 04, 07, 11), so the layers are
 quantized when they are constructed; ``quantize_state`` then turns the
 checkpoint's float32 arrays into blocks for exactly those layers.
 Layer norms, biases, position embeddings and activations stay float32.
@@ -60,7 +61,6 @@ of 32 (the vocab, 50257, becomes 50272) and the padded logits are cut off
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -231,154 +231,6 @@ def with_padded_rows(weight: np.ndarray) -> np.ndarray:
     return np.concatenate([weight, np.zeros((padded_rows(rows) - rows, weight.shape[1]), np.float32)])
 
 
-class Traced:
-    """Whether a layer was traced into the graph (a holder MAX's module tree
-    does not look inside). What the app reports as quantized is what ran."""
-
-    ran: bool = False
-
-
-@functools.cache
-def quantized_linear_class():
-    """``QuantizedLinear``, defined on first use so that importing this file does not load MAX."""
-    from max.dtype import DType
-    from max.experimental import functional as F
-    from max.experimental import nn
-    from max.experimental.tensor import Tensor
-    from max.graph.quantization import QuantizationEncoding
-
-    class QuantizedLinear(nn.Module):
-        """A Linear whose weight is GGUF blocks: y = x @ dequantize(W)^T + b.
-
-        Built like ``nn.Linear(in_dim, out_dim, bias)``; its ``weight`` is
-        [padded out rows, in_dim / block * block bytes] uint8, filled by
-        ``quantize_state``."""
-
-        arrays = ("weight",)  # what quantize_state fills (the bias stays float32)
-
-        def __init__(self, encoding: str, in_dim: int, out_dim: int, bias: bool = True) -> None:
-            super().__init__()
-            fmt = ENCODINGS[encoding]
-            self.encoding = encoding
-            self.out_features = out_dim
-            self.weight = Tensor.zeros([padded_rows(out_dim), in_dim // fmt.block * fmt.block_bytes], dtype=DType.uint8)
-            self.bias = Tensor.zeros([out_dim]) if bias else None
-            self.traced = Traced()
-
-        def forward(self, x):
-            self.traced.ran = True
-            y = F.qmatmul(QuantizationEncoding[ENCODINGS[self.encoding].max_name], None, x, self.weight)
-            if self.out_features != self.weight.shape[0]:
-                y = y[..., : self.out_features]
-            return y if self.bias is None else y + self.bias
-
-    return QuantizedLinear
-
-
-@functools.cache
-def kernel_linear_classes():
-    """``(Q8_0Linear, Q4_0Linear)``, defined on first use (see
-    ``quantized_linear_class``): Linears whose product is one call of
-    model/kernels' op for any number of rows, so MAX fuses the bias add (and
-    gelu, the residual add) into it."""
-    from max.dtype import DType
-    from max.experimental import nn
-    from max.experimental.tensor import Tensor
-
-    from model import cpu
-    from model.fast_linear import custom_matmul
-
-    class KernelLinear(nn.Module):
-        # Each kind sets: op (the model/kernels op), encoding, and arrays
-        # (what quantize_state fills, in the op's order; the bias stays float32).
-
-        def __init__(self, out_dim: int, bias: bool, path: str | None) -> None:
-            super().__init__()
-            self.out_features = out_dim
-            self.bias = Tensor.zeros([out_dim]) if bias else None
-            self.traced = Traced()
-            self.parameters_of_op = {"isa": cpu.PATHS[cpu.kernel_path(path)]}
-
-        def forward(self, x):
-            self.traced.ran = True
-            y = custom_matmul(self.op, x, [getattr(self, name) for name in self.arrays], self.out_features,
-                              self.parameters_of_op)
-            return y if self.bias is None else y + self.bias
-
-    class Q8_0Linear(KernelLinear):
-        """Q8_0 in tiles of 8 rows (``interleave_q8_0``): ``weight`` int8
-        codes [tiles, in * 8], ``scales`` float16 [tiles, in / 4];
-        y = x @ (codes * scales)^T + b (model/kernels/matmul.mojo)."""
-
-        op, encoding, arrays = "few_rows_matmul_q8_0", "q8_0", ("weight", "scales")
-
-        def __init__(self, in_dim: int, out_dim: int, bias: bool = True, path: str | None = None) -> None:
-            super().__init__(out_dim, bias, path)
-            tiles = -(-out_dim // Q8_0_TILE)
-            self.weight = Tensor.zeros([tiles, in_dim * Q8_0_TILE], dtype=DType.int8)
-            self.scales = Tensor.zeros([tiles, in_dim * Q8_0_TILE // BLOCK], dtype=DType.float16)
-
-    class Q4_0Linear(KernelLinear):
-        """Q4_0 blocks in MAX's packed layout (``pack_q4_0``) in bands of
-        ``band`` rows (default: the band MAX's kernel reads on this CPU):
-        ``weight`` uint8 [out rounded up to 32, in / 32 * 18]; y = x @
-        dequantize(W)^T + b (model/kernels/q4_0.mojo: its own kernel for one
-        row, MAX's Q4_0 matmul for more where the band is MAX's); the padded
-        rows are never outputs."""
-
-        op, encoding, arrays = "few_rows_matmul_q4_0", "q4_0", ("weight",)
-
-        def __init__(self, in_dim: int, out_dim: int, bias: bool = True, path: str | None = None,
-                     band: int | None = None) -> None:
-            super().__init__(out_dim, bias, path)
-            self.band = band or cpu.q4_0_band()
-            self.parameters_of_op["band"] = self.band
-            self.weight = Tensor.zeros([padded_rows(out_dim), in_dim // BLOCK * BLOCK_BYTES], dtype=DType.uint8)
-
-    return Q8_0Linear, Q4_0Linear
-
-
-def quantized_linear(encoding: str):
-    """A ``linear(in_dim, out_dim, bias=True)`` maker for the course's blocks:
-    a QuantizedLinear (Q8_0Linear / Q4_0Linear for q8_0 / q4_0) where the input width fits the
-    format's blocks, else a float32 ``nn.Linear`` (GGUF block formats need
-    whole blocks per row)."""
-    from max.experimental import nn
-
-    if encoding == "q8_0":  # the kernel takes two blocks per step (one 512-bit register of codes)
-        block, make = Q8_0_WIDTH_MULTIPLE, kernel_linear_classes()[0]
-    elif encoding == "q4_0":
-        block, make = BLOCK, kernel_linear_classes()[1]
-    else:
-        block, QuantizedLinear = ENCODINGS[encoding].block, quantized_linear_class()
-
-        def make(in_dim, out_dim, bias):
-            return QuantizedLinear(encoding, in_dim, out_dim, bias)
-
-    def linear(in_dim: int, out_dim: int, bias: bool = True):
-        if in_dim % block:
-            return nn.Linear(in_dim, out_dim, bias=bias)
-        return make(in_dim, out_dim, bias)
-
-    return linear
-
-
-def quantized_layers(lm) -> list:
-    """The quantized Linear layers of a built model, as (name, module)."""
-    kinds = (quantized_linear_class(), *kernel_linear_classes())
-    return [(name, m) for name, m in lm.descendants if isinstance(m, kinds)]
-
-
-def quantized_specs(lm) -> dict[str, list]:
-    """{layer name: [encoding, the names of the arrays it holds, its q4_0
-    band or None]} for a built model's quantized layers: all quantize_state
-    needs, and what a saved graph's facts keep, so that a later start
-    quantizes (or finds the saved blocks) without building the course's
-    model (~0.5 s of imports)."""
-    return {name: [layer.encoding, list(layer.arrays), getattr(layer, "band", None)]
-            for name, layer in quantized_layers(lm)}
-
-
 def quantized_arrays(encoding: str, weight: np.ndarray, band: int | None = None) -> dict[str, np.ndarray]:
     """One layer's float32 weight [out, in] as the arrays it holds (its
     ``arrays``), by name; q4_0's packed in bands of ``band`` rows (default 32)."""
@@ -405,21 +257,17 @@ def saved_quantize_state(specs: dict[str, list], state: dict[str, np.ndarray], f
     """``quantize_state``, with the blocks saved once per checkpoint and
     encoding: quantizing GPT-2 124M in numpy takes ~2.5 s of every q4_0 / q6_k
     start, and the result depends only on the checkpoint's files and this
-    file's code. Saved as .npy files under ``$GPT2_MAX_CACHE/quantized/<key>``
-    (memory-mapped on load); the key (weights' checkpoint_key) digests the
-    checkpoint's safetensors files (path, size, modification time), the
-    layers and this file."""
+    file's code. Kept as .npy files by model/caches.py (memory-mapped on
+    load), keyed by the checkpoint's files, the layers and this file."""
     import hashlib
     from pathlib import Path
 
-    from model import saved_graphs
-    from weights.checkpoint import SavedArrays, checkpoint_key
+    from model import caches
 
-    if not specs or not saved_graphs.enabled():
+    saved = specs and caches.quantized_arrays(folder, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+                                              *(f"{name}:{encoding}:{band}" for name, (encoding, _, band) in specs.items()))
+    if not saved:
         return quantize_state(specs, state)
-    key = checkpoint_key(folder, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-                         *(f"{name}:{encoding}:{band}" for name, (encoding, _, band) in specs.items()))
-    saved = SavedArrays(saved_graphs.cache_root() / "quantized" / key, folder)
     names = [f"{name}.{key}" for name, (_, arrays, _) in specs.items() for key in arrays]
     kept = saved.load(names)
     if kept is not None:

@@ -16,9 +16,9 @@ build options. Any change to any of them gives a new name, hence a fresh
 compile. Beside the MEF, ``facts.json`` keeps what the build learnt while
 tracing (how many quantized layers the graph calls).
 
-Where: ``$GPT2_MAX_CACHE/graphs`` (default ``~/.cache/gpt2-on-max/graphs``),
-one folder per graph (~14 MB for GPT-2 124M). Delete it to free the space;
-set ``GPT2_MAX_SAVED_GRAPHS=0`` to compile every time.
+Where: ``graphs/`` in the project's cache folder (model/caches.py), one
+folder per graph (~14 MB for GPT-2 124M). Delete it to free the space; set
+``GPT2_MAX_SAVED_GRAPHS=0`` to compile every time.
 """
 
 from __future__ import annotations
@@ -32,39 +32,25 @@ import tempfile
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
+from model import caches
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = "manifest.json"  # what MAX's MefStore writes beside the artifacts
 FACTS = "facts.json"  # what the build learnt while tracing the graph (load_gpt2)
 
 
-def cache_root() -> Path:
-    """This project's cache folder (random bench checkpoints, saved graphs)."""
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpt2-on-max"
-    return Path(os.environ.get("GPT2_MAX_CACHE", default))
-
-
-def enabled() -> bool:
-    return os.environ.get("GPT2_MAX_SAVED_GRAPHS", "1") != "0"
-
-
-def copies_folder() -> Path | None:
-    """Where load_state keeps a checkpoint's transposed / converted arrays
-    between runs (weights/checkpoint.py), or None when nothing is saved."""
-    return cache_root() / "float32-copies" if enabled() else None
-
-
-def graph_name(impl: str, config, placement, options: dict) -> str:
-    """``gpt2_<digest>``: the digest of everything the compiled graph depends on."""
+def graph_name(options, config) -> str:
+    """``gpt2_<digest>``: the digest of everything the compiled graph depends on
+    (``options``: model/options.py's BuildOptions)."""
     from model import cpu
 
     digest = hashlib.sha256()
-    facts = {"max": importlib.metadata.version("max"), "impl": impl, "cpu": cpu.describe(),
+    facts = {"max": importlib.metadata.version("max"), "impl": options.impl, "cpu": cpu.describe(),
              "kernel_path": os.environ.get(cpu.ENV, "auto"),
              "config": asdict(config) if is_dataclass(config) else vars(config),
-             "placement": [placement.kind, placement.dtype], "options": options}
+             "placement": [options.placement.kind, options.placement.dtype], "options": options.graph_facts()}
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
-    for path in sources(impl):
+    for path in sources(options.impl):
         digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     return "gpt2_" + digest.hexdigest()[:20]
 
@@ -73,7 +59,7 @@ def sources(impl: str) -> list[Path]:
     """The files a built graph can depend on: the model's Python, its Mojo
     kernels (model/kernels) and the course's blocks."""
     course = ROOT / ("solutions" if impl == "solutions" else "steps")
-    return sorted([*(ROOT / "model").glob("*.py"), *(ROOT / "model").rglob("*.mojo"), *course.glob("*.py")])
+    return sorted([*(ROOT / "model").rglob("*.py"), *(ROOT / "model").rglob("*.mojo"), *course.glob("*.py")])
 
 
 @dataclass
@@ -103,7 +89,7 @@ class Store:
             return
         (self.staging / FACTS).write_text(json.dumps(facts))
         try:
-            os.rename(self.staging, cache_root() / "graphs" / self.name)
+            os.rename(self.staging, caches.folder("graphs") / self.name)
         except OSError:
             self.discard()
 
@@ -143,11 +129,11 @@ def store_for(name: str, device, direct: bool = True) -> Store:
     which needs the weights exactly as the graph takes them; else it is
     found again by tracing (MAX's store matches the traced graph), as
     bfloat16 needs: its float32 weights are cast by the compile call."""
-    if not enabled():
+    if not caches.enabled():
         return Store(name)
     from max.engine import InferenceSession
 
-    folder = cache_root() / "graphs" / name
+    folder = caches.folder("graphs") / name
     if (folder / MANIFEST).is_file() and (folder / FACTS).is_file():
         facts = json.loads((folder / FACTS).read_text())
         if not direct:
@@ -155,7 +141,7 @@ def store_for(name: str, device, direct: bool = True) -> Store:
         [graph] = json.loads((folder / MANIFEST).read_text())["graphs"]
         # The MEF carries the compiled custom kernels too: no library needed.
         return Store(name, InferenceSession(devices=[device]), mef=folder / graph["key"], facts=facts)
-    staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=_mkdir(cache_root() / "graphs")))
+    staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=_mkdir(caches.folder("graphs"))))
     return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging)
 
 

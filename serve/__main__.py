@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from model.fast_linear import LINEARS
+from model.options import LINEARS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt + completion tokens per request (default: the model's n_positions)")
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="float32 on the CPU: custom (default, as generate's) runs the Linear layers on this "
-                        "project's Mojo op (model/fast_linear.py: its own tiles for few rows, MAX's matmul for "
+                        "project's Mojo op (model/layers/few_rows.py: its own tiles for few rows, MAX's matmul for "
                         "more, the bias fused in; docs/serving.md), course on step 04's nn.Linear")
     p.add_argument("--dry-run", action="store_true", help="print the max serve command and exit")
     return p

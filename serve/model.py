@@ -22,7 +22,8 @@ from max.pipelines.context import TextContext
 from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
 
 from model.engine_threads import quiet_background_threads
-from model.fast_linear import LINEARS, few_rows_linear
+from model.layers.few_rows import FewRowsLinear as few_rows_linear
+from model.options import LINEARS
 from serve.model_config import GPT2ServeConfig
 from serve.network import GPT2Ragged
 from serve.weight_adapters import gpt2_state

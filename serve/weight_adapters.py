@@ -16,14 +16,14 @@ from pathlib import Path
 from max.dtype import DType
 from max.graph.weights import WeightData
 
-from model.saved_graphs import copies_folder
+from model import caches
 from weights import load_state
 
 
 def gpt2_state(folder: Path, config, dtype: DType) -> dict[str, WeightData]:
     """{parameter name: WeightData} in ``dtype`` (bfloat16 on a GPU)."""
     state = {}
-    for name, array in load_state(folder, config, copies_folder()).items():
+    for name, array in load_state(folder, config, caches.float32_copies(folder)).items():
         # A float32 file's tensors arrive as writable copy-on-write views of
         # the file (weights/checkpoint.py): the engine's DLPack import uses
         # them in place (in 26.7 it cannot export a read-only array).

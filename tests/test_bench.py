@@ -190,7 +190,7 @@ def test_kernels_against_renames_every_op_of_the_other_revision():
     import re
 
     from bench.kernels import THEN, renamed
-    from model.fast_linear import KERNELS
+    from model.layers.custom_op import KERNELS
 
     source = (KERNELS / "matmul.mojo").read_text()
     ops = re.findall(r'@extensibility\.register\("(\w+)"\)', source)

@@ -53,7 +53,7 @@ def test_the_path_numbers_are_the_kernels_own():
     # isa.mojo's AUTO, AVX512_VNNI, AVX2 and PORTABLE: the op parameter each path passes.
     import re
 
-    from model.fast_linear import KERNELS
+    from model.layers.custom_op import KERNELS
 
     source = (KERNELS / "isa.mojo").read_text()
     numbers = {name: int(n) for name, n in re.findall(r"^comptime (\w+) = (\d+)$", source, re.M)}
@@ -64,11 +64,11 @@ def test_the_path_numbers_are_the_kernels_own():
 def test_a_saved_graph_is_named_for_the_cpu_it_was_compiled_on(monkeypatch):
     # A graph compiled for AVX-512 must not be found by an AVX2 machine that shares the cache folder.
     from model import saved_graphs
-    from model.device import Placement
+    from model.options import BuildOptions
     from solutions.solution_01 import GPT2Config
 
-    config, placement = GPT2Config(n_layer=2), Placement("cpu", "q4_0")
+    config, options = GPT2Config(n_layer=2), BuildOptions(device="cpu", dtype="q4_0")
     monkeypatch.setattr(cpu, "describe", lambda: "x86_64 avx512-vnni q4_0-band-32")
-    xeon = saved_graphs.graph_name("solutions", config, placement, {})
+    xeon = saved_graphs.graph_name(options, config)
     monkeypatch.setattr(cpu, "describe", lambda: "x86_64 avx2 q4_0-band-16")
-    assert saved_graphs.graph_name("solutions", config, placement, {}) != xeon
+    assert saved_graphs.graph_name(options, config) != xeon

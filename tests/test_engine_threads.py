@@ -5,6 +5,7 @@ Python threads, MAX's compute workers). Linux only, like the code."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,10 @@ print(json.dumps({{"threads": [[t, comm(t), nice(t)] for t in tasks], "main": th
 
 def test_max_s_background_threads_are_lowered_after_the_first_step_and_nothing_else():
     code = PROBE.format(root=str(ROOT), tests=str(ROOT / "tests"))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    # env passed explicitly: an eager MAX op earlier in the session leaves its own
+    # PYTHONPATH in the C-level environment (see conftest.run_python).
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=dict(os.environ))
     assert done.returncode == 0, done.stderr[-3000:]
     probe = json.loads(done.stdout.strip().splitlines()[-1])
     nice = {tid: value for tid, _, value in probe["threads"]}

@@ -1,5 +1,5 @@
 """The app's own matmul kernels (model/kernels/matmul.mojo, used through
-model/fast_linear.py and model/quantize.py's Q8_0Linear and Q4_0Linear): the same results as
+model/layers/: FewRowsLinear, Q8_0Linear and Q4_0Linear): the same results as
 the course's nn.Linear / numpy, for few rows (the custom op) and many rows
 (MAX's matmul), awkward shapes included; and whole models built with them
 give the same tokens as models built from step 04's nn.Linear."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from checkpoints import demo_reference, greedy, reference
 
-from model.fast_linear import FEW_ROWS
+from model.layers.few_rows import FEW_ROWS
 from model.quantize import (BLOCK, dequantize_q4_0, dequantize_q8_0, interleave_q8_0, pack_q4_0, quantize_q4_0,
                             quantize_q8_0)
 
@@ -154,10 +154,10 @@ def compiled_layers(path: str = "auto"):
     from max.experimental import nn
     from max.graph import TensorType
 
-    from model.fast_linear import few_rows_linear_class
-    from model.quantize import kernel_linear_classes
+    from model.layers.few_rows import FewRowsLinear
+    from model.layers.q4_0 import Q4_0Linear
+    from model.layers.q8_0 import Q8_0Linear
 
-    Q8_0Linear, Q4_0Linear = kernel_linear_classes()
     rng = np.random.default_rng(1)
     arrays = {"f32.weight": rng.standard_normal((37, 48)).astype(np.float32),
               "f32.bias": rng.standard_normal(37).astype(np.float32),
@@ -172,7 +172,7 @@ def compiled_layers(path: str = "auto"):
     class Four(nn.Module):
         def __init__(self):
             super().__init__()
-            self.f32 = few_rows_linear_class()(48, 37, path=path)
+            self.f32 = FewRowsLinear(48, 37, path=path)
             self.q8 = Q8_0Linear(128, 37, path=path)
             self.q4 = Q4_0Linear(128, 37, path=path, band=32)
             self.q4b = Q4_0Linear(128, 37, path=path, band=16)
@@ -274,10 +274,10 @@ def test_q8_0_on_random_checkpoints_stays_near_the_reference(name):
 def test_the_python_few_rows_is_the_kernel_s():
     # The float32 op picks its own tiles or MAX's matmul inside itself at
     # matmul.mojo's FEW_ROWS; the tests above put their row counts on both
-    # sides of it through fast_linear's copy (Mojo cannot import Python's).
+    # sides of it through few_rows.py's copy (Mojo cannot import Python's).
     import re
 
-    from model.fast_linear import KERNELS
+    from model.layers.custom_op import KERNELS
 
     source = (KERNELS / "matmul.mojo").read_text()
     assert re.search(r"^comptime FEW_ROWS = (\d+)", source, re.M).group(1) == str(FEW_ROWS)
@@ -286,18 +286,18 @@ def test_the_python_few_rows_is_the_kernel_s():
 def test_the_kernel_library_is_compiled_once_per_source(tmp_path, monkeypatch):
     """model/kernels is precompiled into one .mojoc named by its sources (MAX
     would run `mojo precompile` at every session and call given the folder)."""
-    from model import fast_linear
+    from model.layers import custom_op
 
     monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
-    library = fast_linear.kernel_library()
+    library = custom_op.kernel_library()
     assert library.suffix == ".mojoc" and library.parent == tmp_path / "kernels" and library.stat().st_size > 1000
     built = library.stat().st_mtime_ns
-    assert fast_linear.kernel_library() == library and library.stat().st_mtime_ns == built  # reused, not rebuilt
+    assert custom_op.kernel_library() == library and library.stat().st_mtime_ns == built  # reused, not rebuilt
     assert [p.name for p in library.parent.iterdir()] == [library.name]  # no staging folder left
     kernels = tmp_path / "src"  # another version of the sources gets another library
     kernels.mkdir()
-    for source in fast_linear.KERNELS.glob("*.mojo"):
+    for source in custom_op.KERNELS.glob("*.mojo"):
         (kernels / source.name).write_text(source.read_text() + "\n# changed\n")
-    monkeypatch.setattr(fast_linear, "KERNELS", kernels)
-    other = fast_linear.kernel_library()
+    monkeypatch.setattr(custom_op, "KERNELS", kernels)
+    other = custom_op.kernel_library()
     assert other != library and other.is_file()

@@ -93,7 +93,8 @@ def test_max_kernel_reads_our_blocks(encoding):
     from max.experimental import functional as F
     from max.experimental.tensor import Tensor
 
-    from model.quantize import quantized_arrays, quantized_linear
+    from model.layers import quantized_linear
+    from model.quantize import quantized_arrays
 
     fmt = ENCODINGS[encoding]
     rng = np.random.default_rng(3)

@@ -10,7 +10,7 @@ import numpy as np
 from checkpoints import reference
 
 from model import saved_graphs
-from model.device import choose
+from model.options import BuildOptions
 from model.gpt2 import load_gpt2
 from solutions.solution_01 import GPT2Config
 
@@ -60,23 +60,25 @@ def test_switched_off(tmp_path, monkeypatch):
 
 
 def test_the_name_follows_everything_that_shapes_the_graph(tmp_path, monkeypatch):
-    config, cpu = GPT2Config(n_layer=2), choose("cpu", "float32")
-    name = saved_graphs.graph_name("solutions", config, cpu, {"attention_layer": None})
-    assert name == saved_graphs.graph_name("solutions", config, cpu, {"attention_layer": None})
+    config, cpu = GPT2Config(n_layer=2), BuildOptions(device="cpu", dtype="float32")
+    name = saved_graphs.graph_name(cpu, config)
+    assert name == saved_graphs.graph_name(BuildOptions(device="cpu", dtype="float32"), config)
     others = [
-        saved_graphs.graph_name("steps", config, cpu, {"attention_layer": None}),
-        saved_graphs.graph_name("solutions", replace(config, n_layer=3), cpu, {"attention_layer": None}),
-        saved_graphs.graph_name("solutions", config, choose("cpu", "q4_0"), {"attention_layer": None}),
-        saved_graphs.graph_name("solutions", config, cpu, {"attention_layer": 1}),
+        saved_graphs.graph_name(replace(cpu, impl="steps"), config),
+        saved_graphs.graph_name(cpu, replace(config, n_layer=3)),
+        saved_graphs.graph_name(replace(cpu, dtype="q4_0"), config),
+        saved_graphs.graph_name(replace(cpu, attention_layer=1), config),
+        saved_graphs.graph_name(replace(cpu, cache="concat"), config),
+        saved_graphs.graph_name(replace(cpu, linear="course"), config),
     ]
     assert name not in others and len(set(others)) == len(others)
     # A change to a source file of the build gives a new name.
     monkeypatch.setattr(saved_graphs, "ROOT", tmp_path)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "gpt2.py").write_text("a = 1\n")
-    before = saved_graphs.graph_name("solutions", config, cpu, {})
+    before = saved_graphs.graph_name(cpu, config)
     (tmp_path / "model" / "gpt2.py").write_text("a = 2\n")
-    assert saved_graphs.graph_name("solutions", config, cpu, {}) != before
+    assert saved_graphs.graph_name(cpu, config) != before
 
 
 def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, monkeypatch):
@@ -111,12 +113,12 @@ def test_a_saved_q8_0_graph_runs_directly(tmp_path, monkeypatch):
     monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
     folder = shutil.copytree(resolve_model("demo"), tmp_path / "demo")  # n_embd 128: every layer on the kernel
     first = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
-    import model.gpt2
+    import model.graph
 
     def not_built(*args, **kwargs):
         raise AssertionError("the course's model was built for a saved graph")
 
-    monkeypatch.setattr(model.gpt2, "build_lm", not_built)  # which layers are quantized: in the graph's facts
+    monkeypatch.setattr(model.graph, "build_lm", not_built)  # which layers are quantized: in the graph's facts
     shutil.rmtree(tmp_path / "cache" / "quantized")  # so the blocks are made again from those facts
     second = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
     assert type(second.compiled).__name__ == "SavedGraph" and second.quantized_layers == first.quantized_layers > 0

@@ -10,7 +10,8 @@ import pytest
 from checkpoints import copy_gpt2_tokenizer, random_hf_state, reference, reference_variant, write_checkpoint
 
 from weights import WeightsError, load_state, load_tokenizer, read_config, resolve_model
-from weights.checkpoint import TRANSPOSED, SavedArrays, checkpoint_key, read_safetensors, to_model_names
+from model.caches import SavedArrays, checkpoint_key
+from weights.checkpoint import TRANSPOSED, read_safetensors, to_model_names
 
 SIZES = dict(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4)
 
@@ -98,7 +99,7 @@ def test_copies_are_saved_once_and_mapped_after(tmp_path):
         np.testing.assert_array_equal(second[key], first[key])
     second[name][0, 0] = 7.0
     assert np.load(saved.folder / f"{name}.npy")[0, 0] != 7.0
-    np.testing.assert_array_equal(load_state(folder, config, tmp_path / "copies")[name], first[name])
+    np.testing.assert_array_equal(load_state(folder, config, kept(folder, tmp_path / "copies"))[name], first[name])
 
 
 def test_copies_follow_the_checkpoint(tmp_path):
@@ -107,24 +108,40 @@ def test_copies_follow_the_checkpoint(tmp_path):
     folder = write_checkpoint(tmp_path / "m", SIZES, random_hf_state(SIZES, seed=1))
     config = read_config(folder)
     name = "transformer.h.1.attn.c_attn.weight"
-    old = load_state(folder, config, tmp_path / "copies")[name]
+    old = load_state(folder, config, kept(folder, tmp_path / "copies"))[name]
     key = checkpoint_key(folder)
     hf = random_hf_state(SIZES, seed=2)
     write_checkpoint(folder, SIZES, hf)
     assert checkpoint_key(folder) != key
-    new = load_state(folder, config, tmp_path / "copies")[name]
+    new = load_state(folder, config, kept(folder, tmp_path / "copies"))[name]
     np.testing.assert_array_equal(new, hf[name].T)
     assert not np.array_equal(new, old)
     assert [p.name for p in (tmp_path / "copies").iterdir()] == [checkpoint_key(folder)]  # the old ones pruned
     gone = write_checkpoint(tmp_path / "gone", SIZES)
-    load_state(gone, config, tmp_path / "copies")
+    load_state(gone, config, kept(gone, tmp_path / "copies"))
     shutil.rmtree(gone)
-    load_state(write_checkpoint(tmp_path / "other", SIZES), config, tmp_path / "copies")
+    load_state(other := write_checkpoint(tmp_path / "other", SIZES), config, kept(other, tmp_path / "copies"))
     assert len(list((tmp_path / "copies").iterdir())) == 2  # a deleted checkpoint's copies pruned too
     saved = tmp_path / "copies" / checkpoint_key(folder) / f"{name}.npy"
     saved.write_bytes(saved.read_bytes()[:100])  # cut short
-    np.testing.assert_array_equal(load_state(folder, config, tmp_path / "copies")[name], hf[name].T)
+    np.testing.assert_array_equal(load_state(folder, config, kept(folder, tmp_path / "copies"))[name], hf[name].T)
     np.testing.assert_array_equal(np.load(saved), hf[name].T)  # and saved whole again, for the next start
+
+
+def kept(folder, where):
+    """What the app hands load_state (model/caches.py's float32_copies), under ``where``."""
+    return SavedArrays(where / checkpoint_key(folder), folder, one_per_source=True)
+
+
+def test_the_app_keeps_copies_in_its_cache_folder(tmp_path, monkeypatch):
+    from model import caches
+
+    folder = write_checkpoint(tmp_path / "m", SIZES)
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
+    saved = caches.float32_copies(folder)
+    assert saved.folder == tmp_path / "cache" / "float32-copies" / checkpoint_key(folder) and saved.one_per_source
+    monkeypatch.setenv("GPT2_MAX_SAVED_GRAPHS", "0")
+    assert caches.float32_copies(folder) is None
 
 
 def resident_pages(array: np.ndarray) -> int:
@@ -369,7 +386,7 @@ def test_half_precision_files_load_as_float32(tmp_path, dtype):
         expected = {n: ((a.view(np.uint32) >> 16) << 16).view(np.float32) for n, a in hf.items()}
     _write_safetensors(folder / "model.safetensors", stored)
     for copies in (None, tmp_path / "copies", tmp_path / "copies"):  # converted; saved; mapped from the save
-        state = load_state(folder, read_config(folder), copies)
+        state = load_state(folder, read_config(folder), copies and kept(folder, copies))
         for name, want in expected.items():
             want = want.T if name.endswith(TRANSPOSED) else want
             assert state[name].dtype == np.float32

@@ -8,13 +8,9 @@ here explicitly, as nanoGPT does, rather than guessed from shapes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
-import os
-import shutil
 import struct
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -52,104 +48,23 @@ def expected_shapes(config) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def load_state(folder: Path, config, copies: Path | None = None) -> dict[str, np.ndarray]:
+def load_state(folder: Path, config, saved=None) -> dict[str, np.ndarray]:
     """The checkpoint in ``folder`` as {GPT2LMHeadModel parameter name: float32
     array}, every shape verified against ``config`` before anything is loaded;
     ``lm_head.weight`` is the ``transformer.wte.weight`` array (tied).
 
-    ``copies``: a folder in which to keep the arrays that are not the file's
-    own bytes (the transposed Conv1D matrices; float16 / bfloat16 tensors
-    converted) between runs, under ``checkpoint_key``: later loads map them
-    instead of making them again. Why: transposing GPT-2 124M's four
-    matrices per layer (340 MB) was 0.4-0.9 s of a 1.5-1.9 s start."""
+    ``saved``: where to keep the arrays that are not the file's own bytes
+    (the transposed Conv1D matrices; float16 / bfloat16 tensors converted)
+    between runs: anything with ``load(names) -> {name: array} or None`` and
+    ``save({name: array})`` (the app hands model/caches.py's ``SavedArrays``).
+    Later loads map them instead of making them again. Why: transposing GPT-2
+    124M's four matrices per layer (340 MB) was 0.4-0.9 s of a 1.5-1.9 s start."""
     folder = Path(folder)
-    raw = read_safetensors_folder(folder)
-    saved = SavedArrays(Path(copies) / checkpoint_key(folder), folder, one_per_source=True) if copies is not None else None
-    return to_model_names(raw, config, source=str(folder), saved=saved)
-
-
-SAMPLE = 1 << 16  # bytes read from each end of a file for its key
-
-
-def checkpoint_key(folder: Path, *more: str) -> str:
-    """A digest naming one checkpoint's contents as far as can be told without
-    reading them all: each safetensors file's path, size, modification time
-    and first and last SAMPLE bytes (a file rewritten within the clock's
-    tick, same size, still changes the key), this file's code (how they are
-    mapped) and ``more``. What is derived from a checkpoint and saved (the
-    copies here, quantized blocks) is found by it."""
-    digest = hashlib.sha256(Path(__file__).read_bytes())
-    for f in sorted(Path(folder).glob("*.safetensors")):
-        info = f.stat()
-        digest.update(f"{f.resolve()}|{info.st_size}|{info.st_mtime_ns}".encode())
-        with open(f, "rb") as data:
-            digest.update(data.read(SAMPLE))
-            data.seek(max(info.st_size - SAMPLE, 0))
-            digest.update(data.read(SAMPLE))
-    digest.update("|".join(more).encode())
-    return digest.hexdigest()[:20]
-
-
-class SavedArrays:
-    """Arrays saved as .npy files in one folder, written whole or not at all,
-    and mapped copy-on-write when read back: writable, so MAX uses them in
-    place, as it does the checkpoint's own views (read_safetensors), where it
-    would copy a read-only array.
-
-    ``source``: the checkpoint folder they derive from, recorded beside them.
-    Saving prunes the folder's siblings derived from a checkpoint that no
-    longer exists (a test's temporary one) and, with ``one_per_source``, those
-    of the same checkpoint under an older key (a changed file or code): the
-    cache holds what can still be used, not every version ever made."""
-
-    def __init__(self, folder: Path, source: Path | None = None, one_per_source: bool = False) -> None:
-        self.folder = Path(folder)
-        self.source = Path(source).resolve() if source is not None else None
-        self.one_per_source = one_per_source
-
-    def load(self, names) -> dict[str, np.ndarray] | None:
-        """The saved arrays of these names, or None if any is missing."""
-        try:
-            return {name: np.load(self.folder / f"{name}.npy", mmap_mode="c") for name in names}
-        except (OSError, ValueError):  # not saved (or cut short: then it is made again)
-            return None
-
-    def save(self, arrays: dict[str, np.ndarray]) -> None:
-        """Save ``arrays``; if the cache cannot be written, they are made again next time."""
-        try:
-            self.folder.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(dir=self.folder.parent))
-        except OSError:
-            return
-        try:
-            for name, array in arrays.items():
-                np.save(staging / f"{name}.npy", array)
-            if self.source is not None:
-                (staging / SOURCE).write_text(str(self.source))
-                self._prune(keep=staging)
-            # Saved only when loading failed: what is there is cut short or
-            # corrupt (and would fail every later start), or another process
-            # has just saved the same arrays; either way ours replace it.
-            shutil.rmtree(self.folder, ignore_errors=True)
-            os.rename(staging, self.folder)  # whole or not at all
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
-
-    def _prune(self, keep: Path) -> None:
-        for other in self.folder.parent.iterdir():
-            try:
-                source = Path((other / SOURCE).read_text())
-            except OSError:
-                continue  # being written, or not one of these
-            if other not in (self.folder, keep) and (not source.exists() or (self.one_per_source and source == self.source)):
-                shutil.rmtree(other, ignore_errors=True)
-
-
-SOURCE = "source.txt"  # beside saved arrays: the checkpoint folder they derive from
+    return to_model_names(read_safetensors_folder(folder), config, source=str(folder), saved=saved)
 
 
 def to_model_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint",
-                   saved: SavedArrays | None = None) -> dict[str, np.ndarray]:
+                   saved=None) -> dict[str, np.ndarray]:
     """Map HF names (with or without ``transformer.``) onto the model's names;
     the copies this needs come from ``saved`` when it has them (load_state)."""
     state: dict[str, np.ndarray] = {}

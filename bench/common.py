@@ -1,0 +1,66 @@
+"""What several bench entry points share: the random checkpoints they measure,
+and how rounds of figures are merged and their ratios printed.
+
+(``python -m bench``, ``bench.memory``, ``bench.profile_decode`` and
+``bench.serve`` import these from here, not from one another.)
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+from model import caches
+
+
+def random_checkpoint(size: str) -> Path:
+    """A random checkpoint of a GPT-2 size, with GPT-2's tokenizer files (the
+    memory bench and the GGUF export read them), written once."""
+    from solutions.solution_01 import GPT2Config
+    from weights.synthetic import copy_gpt2_tokenizer, write_checkpoint
+
+    folder = caches.folder(f"bench-{size}-random")
+    if not (folder / "model.safetensors").is_file():
+        c = GPT2Config.from_name(size)
+        sizes = dict(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd, n_layer=c.n_layer,
+                     n_head=c.n_head)
+        print(f"writing a random {size} checkpoint to {folder} (once)", file=sys.stderr)
+        write_checkpoint(folder, sizes, seed=0, tokenizer=True)
+    elif not (folder / "vocab.json").is_file():  # written by an earlier version without them
+        copy_gpt2_tokenizer(folder)
+    return folder
+
+
+PER_PROCESS = ("compile_s", "load_s", "start_to_first_token_s", "peak_rss_mb")
+
+
+def merge_rounds(rounds: list[list[dict]], key: str = "dtype") -> list[dict]:
+    """One result per precision (or other ``key``) from several rounds: every
+    number the median of that number across the rounds that measured it
+    (nested figures too), everything else as the first round had it; the
+    PER_PROCESS figures from the rounds that loaded a saved graph, where
+    there are any (a compile is not a start)."""
+    def merge(values: list):
+        if all(isinstance(v, dict) for v in values):
+            return {k: merge([v[k] for v in values if k in v]) for k in values[0]}
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return statistics.median(values)
+        return values[0]
+
+    by_key: dict = {}
+    for results in rounds:
+        for r in results:
+            by_key.setdefault(r[key], []).append(r)
+    merged = []
+    for rs in by_key.values():
+        m = merge(rs)
+        warm = [r for r in rs if r.get("saved_graph")]
+        m.update({k: merge([r[k] for r in warm]) for k in PER_PROCESS if warm and all(k in r for r in warm)})
+        merged.append(m)
+    return merged
+
+
+def spread(ratios: list[float]) -> str:
+    """Each round's ratio, then their median: "0.50 / 0.90 / 1.50 (median 0.90x)"."""
+    return f"{' / '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f}x)"

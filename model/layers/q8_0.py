@@ -1,0 +1,29 @@
+"""Q8_0 weights on this project's op (model/kernels/matmul.mojo), any number of rows.
+
+MAX has no 8-bit matmul that keeps float32 results. The op rounds the
+activations to Q8_0 too (8 bits per block of 32, as llama.cpp's q8_0 does)
+and does integer dot products; the format and the tile layout are
+model/quantize.py's (``interleave_q8_0``).
+"""
+
+from __future__ import annotations
+
+from max.dtype import DType
+from max.experimental.tensor import Tensor
+
+from model.layers.custom_op import KernelLinear
+from model.quantize import BLOCK, Q8_0_TILE
+
+
+class Q8_0Linear(KernelLinear):
+    """Q8_0 in tiles of 8 rows (``interleave_q8_0``): ``weight`` int8
+    codes [tiles, in * 8], ``scales`` float16 [tiles, in / 4];
+    y = x @ (codes * scales)^T + b."""
+
+    op, encoding, arrays = "few_rows_matmul_q8_0", "q8_0", ("weight", "scales")
+
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True, path: str | None = None) -> None:
+        super().__init__(out_dim, bias, path)
+        tiles = -(-out_dim // Q8_0_TILE)
+        self.weight = Tensor.zeros([tiles, in_dim * Q8_0_TILE], dtype=DType.int8)
+        self.scales = Tensor.zeros([tiles, in_dim * Q8_0_TILE // BLOCK], dtype=DType.float16)

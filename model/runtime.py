@@ -1,0 +1,160 @@
+"""A compiled GPT-2 at run time: its cache, one graph call, the results on the host.
+
+    cache = gpt2.empty_cache(batch=1)
+    logits, cache = gpt2.step(ids, cache)           # prefill: the whole prompt -> [batch, vocab]
+    logits, cache = gpt2.step(next_ids, cache)      # decode: one token each   -> [batch, vocab]
+    every = gpt2.forward_logits(ids)                # no cache, every position -> [batch, seq, vocab]
+    probs, logits = gpt2.attention(ids)             # built with attention_layer: [batch, n_head, seq, seq]
+
+``load_gpt2`` (model/gpt2.py) makes it; model/generate.py drives it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model.device import Placement
+from model.kv_cache import Cache
+from model.options import BuildOptions
+
+
+@dataclass
+class GPT2:
+    """A loaded, compiled GPT-2 and what is needed to drive it."""
+
+    config: object
+    options: BuildOptions
+    compiled: object = field(repr=False)
+    compile_seconds: float
+    tokenizer: object = field(default=None, repr=False)
+    source: str = ""
+    quantized_layers: int = 0  # Linear layers (LM head included) that run quantized
+    saved_graph: bool = False  # loaded from model/saved_graphs.py's MEF, not compiled
+    eos_token_ids: tuple[int, ...] = ()  # the ids that end generation
+
+    @property
+    def placement(self) -> Placement:
+        return self.options.placement
+
+    @property
+    def impl(self) -> str:
+        return self.options.impl
+
+    @property
+    def attention_layer(self) -> int | None:
+        """Whose probabilities the graph also returns."""
+        return self.options.attention_layer
+
+    @property
+    def cache(self) -> str:
+        """"in_place" (model/kv_cache.py) or "concat" (the course's step 07 way)."""
+        return self.options.cache
+
+    def empty_cache(self, batch: int, length: int | None = None):
+        """A cache holding nothing, for ``batch`` sequences of up to ``length``
+        positions (default: the context window): in-place buffers
+        (model/kv_cache.py) or, with ``cache="concat"``, n_layer (key, value)
+        pairs of length 0 (the course's step 07 way). Both are the engine's
+        driver buffers, as the graph takes them (``_run``)."""
+        from max.driver import Buffer
+
+        c = self.config
+        if self.cache == "in_place":
+            length = c.n_positions if length is None else length
+            if not 0 < length <= c.n_positions:
+                raise ValueError(f"a cache of {length} positions: the context window holds 1-{c.n_positions}")
+            shape = (batch, c.n_head, length, c.head_dim)
+            if self.placement.kind == "cpu":  # float32 there; numpy's zero pages cost no eager op
+                return Cache([Buffer.from_numpy(np.zeros(shape, np.float32)) for _ in range(2 * c.n_layer)])
+            return Cache([Buffer.zeros(shape, self.placement.max_dtype(), self.placement.max_device())
+                          for _ in range(2 * c.n_layer)])
+        empty = Buffer.zeros((batch, c.n_head, 0, c.head_dim), self.placement.max_dtype(), self.placement.max_device())
+        return [empty] * (2 * c.n_layer)
+
+    def step(self, ids: np.ndarray, cache) -> tuple[np.ndarray, object]:
+        """Run ``ids`` [batch, seq] after the cached positions: the logits of
+        the last position (float32 numpy [batch, vocab]) and the new cache, to
+        pass to the next call (an in-place cache passed once is spent)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out, cache = self._run(ids, [ids.shape[1] - 1], cache)
+        return self._host(out[0])[:, 0], cache
+
+    def forward_logits(self, ids: np.ndarray) -> np.ndarray:
+        """Every position's logits, without a cache: [batch, seq, vocab]."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out, _ = self._run(ids, range(ids.shape[1]), self.empty_cache(*ids.shape))
+        return self._host(out[0])
+
+    def attention(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The attention probabilities of layer ``attention_layer`` ([batch,
+        n_head, seq, seq], float32 numpy) and the last position's logits
+        ([batch, vocab]), from one run without a cache."""
+        if self.attention_layer is None:
+            raise ValueError("this model was built without attention_layer; load_gpt2(..., attention_layer=N)")
+        ids = np.asarray(ids, dtype=np.int64)
+        out, _ = self._run(ids, [ids.shape[1] - 1], self.empty_cache(*ids.shape))
+        return self._host(out[-1]), self._host(out[0])[:, 0]
+
+    def _run(self, ids: np.ndarray, positions, cache) -> tuple[list, object]:
+        """One graph call; returns its outputs (driver buffers) and the cache after it.
+
+        The graph is driven through the engine's own ``Model.execute`` on
+        driver buffers, not through MAX's Tensor-level call (which wraps each
+        input and output in a Tensor and binds the call's signature): a q4_0
+        decode step of GPT-2 124M took ~0.4 ms less (docs/journal.md, "Profile of a
+        decode step")."""
+        from max.driver import Buffer
+
+        model = self.compiled.engine_model
+        positions = self._buffer(np.asarray(list(positions), dtype=np.int64))
+        ids_b = self._buffer(ids)
+        if self.cache != "in_place":
+            out = model.execute(ids_b, positions, *cache)
+            self._after_execute()
+            return out, out[1:1 + 2 * self.config.n_layer]
+        if cache.spent:
+            raise ValueError("this cache was already passed to step(); pass the cache step() returned")
+        past, end = cache.length, cache.length + ids.shape[1]
+        if end > cache.capacity:
+            raise ValueError(f"{end} positions do not fit a cache of {cache.capacity} "
+                             f"(empty_cache(batch, length) sizes it; the context window holds {self.config.n_positions})")
+        if ids.shape[0] != cache.batch:
+            raise ValueError(f"ids have batch {ids.shape[0]}, the cache {cache.batch}")
+        # Host scalars: where this call writes; `mark` carries the cached length as a shape.
+        host = [Buffer.from_numpy(np.array(v, dtype=np.int64)) for v in (past, end)]
+        mark = Buffer.from_numpy(np.zeros(past, dtype=np.int8))
+        out = model.execute(ids_b, positions, *host, mark, *cache.buffers)
+        self._after_execute()
+        cache.spent = True
+        return out, Cache(cache.buffers, end)
+
+    def _after_execute(self) -> None:
+        """After the process's first graph call, on the CPU: MAX's background
+        threads to the lowest priority (model/engine_threads.py: one of them
+        wakes every 100 us and took ~10% of a decode step's time from the
+        2 cores here)."""
+        if self.placement.kind == "cpu":
+            from model.engine_threads import quiet_background_threads
+
+            quiet_background_threads()
+
+    def _buffer(self, array: np.ndarray):
+        """A host array as a driver buffer on the model's device."""
+        from max.driver import Buffer
+
+        b = Buffer.from_numpy(array)  # a view; a copy only where the array is not contiguous
+        return b if self.placement.kind == "cpu" else b.to(self.placement.max_device())
+
+    @staticmethod
+    def _host(b) -> np.ndarray:
+        """A graph output (a driver buffer) as float32 numpy on the host."""
+        from max.driver import CPU
+        from max.dtype import DType
+
+        if b.dtype != DType.float32:  # bfloat16 probabilities on a GPU: cast there
+            from max.experimental.tensor import Tensor
+
+            b = Tensor(storage=b).cast(DType.float32).driver_tensor
+        return (b if b.is_host else b.to(CPU())).to_numpy()
