@@ -46,12 +46,14 @@ def uses_kernels(config: GPT2ServeConfig) -> bool:
 
 
 class GPT2EngineModule(GPT2Ragged):
-    """GPT2Ragged with the engine's calling convention: the cache arrives as
-    a flat list of graph inputs, unflattened here (as Llama 3's top module
-    does); same parameter names, so the same weights."""
+    """GPT2Ragged (the course's model, serve/network.py) with the engine's
+    calling convention: the cache arrives as a flat list of graph inputs,
+    unflattened here (as Llama 3's top module does); same parameter names,
+    so the same weights."""
 
     def __init__(self, config: GPT2ServeConfig) -> None:
-        super().__init__(config.gpt2, config.kv_params, few_rows_linear if uses_kernels(config) else nn.Linear)
+        super().__init__(config.gpt2, config.kv_params, few_rows_linear if uses_kernels(config) else nn.Linear,
+                         impl=config.impl)
         self.engine_kv_params = config.kv_params
 
     def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,

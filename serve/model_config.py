@@ -3,13 +3,15 @@
 The engine reads config.json with transformers' GPT2Config (whose
 ``attribute_map`` answers ``hidden_size``, ``num_attention_heads``,
 ``num_hidden_layers`` and ``max_position_embeddings``); the network itself is
-built from step 01's GPT2Config, read by weights/ with the same refusals as
+built from step 01's GPT2Config (the solution's, or the learner's with
+``python -m serve --impl steps``), read by weights/ with the same refusals as
 ``generate`` (a checkpoint this project cannot run as Hugging Face does is
 never served as something else).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -25,7 +27,19 @@ from max.pipelines.modeling.config_enums import SupportedEncoding, supported_enc
 from transformers import AutoConfig
 from typing_extensions import Self
 
+from model.course import IMPLS, config_class
 from weights import read_config, resolve_model
+
+IMPL = "GPT2_SERVE_IMPL"  # python -m serve --impl sets it for the engine's process
+
+
+def served_impl() -> str:
+    """Which code the engine builds the model from (``python -m serve --impl``):
+    the reference solutions, or the learner's steps/ (model/course.py)."""
+    choice = os.environ.get(IMPL, "solutions")
+    if choice not in IMPLS:
+        raise ValueError(f"{IMPL}={choice!r}: expected one of {', '.join(IMPLS)}")
+    return choice
 
 
 @dataclass(kw_only=True)
@@ -38,6 +52,7 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
     SUPPORTED_ENCODINGS: ClassVar[set[SupportedEncoding]] = {"float32", "bfloat16"}
 
     gpt2: object  # step 01's GPT2Config, from weights.read_config
+    impl: str  # "solutions" or "steps": which code builds the network (served_impl)
     folder: Path
     dtype: DType
     max_seq_len: int
@@ -71,13 +86,15 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
     def initialize(cls, pipeline_config: PipelineConfig, model_config: MAXModelConfig | None = None, *,
                    max_seq_len: int) -> Self:
         model_config = model_config or pipeline_config.model
+        impl = served_impl()
         folder = resolve_model(str(model_config.model_path))
-        gpt2 = read_config(folder)
+        gpt2 = read_config(folder, config_class(impl))
         encoding = _select_quantization_encoding(model_config, cls.DEFAULT_ENCODING)
         devices = [DeviceRef(spec.device_type, spec.id) for spec in model_config.device_specs]
         cache_dtype = cache_dtype_for_encoding(encoding, model_config.kv_cache.kv_cache_format)
         return cls(
             gpt2=gpt2,
+            impl=impl,
             folder=folder,
             dtype=supported_encoding_dtype(encoding),
             max_seq_len=max_seq_len,
