@@ -3,6 +3,7 @@
     python -m serve                          # gpt2 from the Hugging Face cache, on localhost:8000
     python -m serve --model demo             # the bundled demo, no network needed
     python -m serve --model ./my-gpt2 --port 8080 --max-batch-size 16
+    python -m serve --model demo --impl steps  # serve the model built from your steps/
 
 This runs ``max serve`` with this project's GPT-2 architecture (serve/arch.py,
 registered through ``--custom-architectures``) and the flags this model needs.
@@ -23,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from model.course import IMPLS
 from model.fast_linear import LINEARS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="float32 on the CPU: custom (default, as generate's) runs the Linear layers on this "
                         "project's Mojo op (model/fast_linear.py: its own tiles for few rows, MAX's matmul for "
                         "more, the bias fused in; docs/serving.md), course on step 04's nn.Linear")
+    p.add_argument("--impl", default="solutions", choices=IMPLS,
+                   help="which code builds the model: the reference solutions, or your own steps/ files")
     p.add_argument("--dry-run", action="store_true", help="print the max serve command and exit")
     return p
 
@@ -90,11 +94,32 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     ]
     # The engine gets a local folder (resolve_model fetched a hub id already):
     # it needs no hub, and must not wait for one.
-    # The engine builds the model in its own process: the choice travels in
-    # the environment (serve/model.py reads it).
+    # The engine builds the model in its own process: the choices travel in
+    # the environment (serve/model.py and serve/model_config.py read them).
+    path = [str(ROOT)]
+    if args.impl == "steps":
+        # The learner's steps/ as this process finds it (their folder may be
+        # anywhere on PYTHONPATH, or the current one): its parent goes first,
+        # or the repository's own steps/ would shadow it in the engine.
+        from model.course import steps_folder
+
+        path.insert(0, str(steps_folder().parent))
     env = dict(os.environ, MAX_SERVE_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="1", GPT2_SERVE_LINEAR=args.linear,
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+               GPT2_SERVE_IMPL=args.impl,
+               PYTHONPATH=os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])))
     return command, env
+
+
+def unfinished(args: argparse.Namespace) -> str | None:
+    """For ``--impl steps``: one line naming every step the model needs that
+    still has a TODO (as ``python -m model --impl steps`` says), else None.
+    Checked before the engine starts: it would fail minutes later, in a log."""
+    if args.impl != "steps":
+        return None
+    from model.course import MODEL_STEPS, unfinished_message, unfinished_steps
+
+    todo = unfinished_steps(*MODEL_STEPS)
+    return unfinished_message(todo) if todo else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     args.passthrough = passthrough
     from weights import WeightsError
 
+    refused = unfinished(args)
+    if refused:
+        print(f"serve: {refused}", file=sys.stderr)
+        return 2
     try:
         command, env = serve_command(args)
     except WeightsError as exc:
