@@ -9,7 +9,10 @@ as it is (tokens, row offsets, logits count, cache inputs).
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+from pathlib import Path
 from typing import Any, ClassVar
 
 from max import tree
@@ -27,6 +30,8 @@ from serve.model_config import GPT2ServeConfig
 from serve.network import GPT2Ragged
 from serve.weight_adapters import gpt2_state
 
+
+logger = logging.getLogger("max.pipelines")
 
 LINEAR = "GPT2_SERVE_LINEAR"  # python -m serve --linear sets it for the engine's process
 
@@ -82,6 +87,10 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
 
     def _instantiate_module(self, model_config: GPT2ServeConfig) -> GPT2EngineModule:
         module = GPT2EngineModule(model_config)
+        # Which files the model is built from, in the server's log (with
+        # --impl steps: the learner's folder, found through PYTHONPATH).
+        source = Path(sys.modules[type(module.transformer).__module__].__file__).parent
+        logger.info(f"GPT-2 from the course's {model_config.impl} in {source}")
         module.to(self.devices[0])
         return module
 
