@@ -151,7 +151,7 @@ def test_impl_steps_refuses_unfinished_steps_before_any_server(learner, monkeypa
         assert f"steps/step_{step}.py (line " in err and f"`{task_command('s' + step)}`" in err
 
 
-def test_the_impl_and_the_learner_s_folder_reach_the_engine(learner, monkeypatch, tmp_path):
+def test_the_impl_and_the_learner_s_folder_reach_the_engine(learner, monkeypatch):
     """`--impl` travels in the environment, and with `steps` the folder this
     process imports `steps` from goes first on the engine's PYTHONPATH:
     the repository (which has its own steps/ skeletons) comes after it."""
