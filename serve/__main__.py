@@ -3,6 +3,7 @@
     python -m serve                          # gpt2 from the Hugging Face cache, on localhost:8000
     python -m serve --model demo             # the bundled demo, no network needed
     python -m serve --model ./my-gpt2 --port 8080 --max-batch-size 16
+    python -m serve --model demo --impl steps  # serve the model built from your steps/
 
 This runs ``max serve`` with this project's GPT-2 architecture (serve/arch.py,
 registered through ``--custom-architectures``) and the flags this model needs.
@@ -16,14 +17,16 @@ Anything after ``--`` goes to ``max serve`` unchanged (``max serve --help``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
-from model.options import LINEARS
+from model.options import IMPLS, LINEARS, BuildOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="float32 on the CPU: custom (default, as generate's) runs the Linear layers on this "
                         "project's Mojo op (model/layers/few_rows.py: its own tiles for few rows, MAX's matmul for "
                         "more, the bias fused in; docs/serving.md), course on step 04's nn.Linear")
+    p.add_argument("--impl", default="solutions", choices=IMPLS,
+                   help="which code builds the model: the reference solutions, or your own steps/ files")
     p.add_argument("--dry-run", action="store_true", help="print the max serve command and exit")
     return p
 
@@ -65,6 +70,10 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         from model.device import accelerator_count
 
         device = "gpu" if accelerator_count() else "cpu"
+    # What the engine's process builds (serve/model_config.py reads it back):
+    # float32 on the CPU, bfloat16 on a GPU, the --impl and --linear asked for.
+    options = BuildOptions(impl=args.impl, device=device, dtype="bfloat16" if device == "gpu" else "float32",
+                           linear=args.linear)
     max_bin = shutil.which("max", path=str(Path(sys.executable).parent)) or shutil.which("max")
     if max_bin is None:
         raise SystemExit("serve: no `max` command; install the project (pip install -e .) to get MAX's CLI")
@@ -78,7 +87,7 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--weight-path", *[str(f) for f in weight_files(folder)],
         "--custom-architectures", f"{ROOT}:serve",
         "--devices", device,
-        "--quantization-encoding", "bfloat16" if device == "gpu" else "float32",
+        "--quantization-encoding", options.dtype,
         "--max-batch-size", str(args.max_batch_size),
         "--max-length", str(args.max_length or config.n_positions),
         "--host", args.host, "--port", str(args.port),
@@ -90,11 +99,31 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     ]
     # The engine gets a local folder (resolve_model fetched a hub id already):
     # it needs no hub, and must not wait for one.
-    # The engine builds the model in its own process: the choice travels in
-    # the environment (serve/model.py reads it).
-    env = dict(os.environ, MAX_SERVE_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="1", GPT2_SERVE_LINEAR=args.linear,
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    # The engine builds the model in its own process: the options travel in
+    # the environment (serve/model_config.py's served_options reads them).
+    path = [str(ROOT)]
+    if args.impl == "steps":
+        # The learner's steps/ as this process finds it (their folder may be
+        # anywhere on PYTHONPATH, or the current one): its parent goes first,
+        # or the repository's own steps/ would shadow it in the engine.
+        from model.course import steps_folder
+
+        path.insert(0, str(steps_folder().parent))
+    env = dict(os.environ, MAX_SERVE_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="1", GPT2_SERVE_OPTIONS=json.dumps(asdict(options)),
+               PYTHONPATH=os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])))
     return command, env
+
+
+def unfinished(args: argparse.Namespace) -> str | None:
+    """For ``--impl steps``: one line naming every step the model needs that
+    still has a TODO (as ``python -m model --impl steps`` says), else None.
+    Checked before the engine starts: it would fail minutes later, in a log."""
+    if args.impl != "steps":
+        return None
+    from model.course import MODEL_STEPS, unfinished_message, unfinished_steps
+
+    todo = unfinished_steps(*MODEL_STEPS)
+    return unfinished_message(todo) if todo else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     args.passthrough = passthrough
     from weights import WeightsError
 
+    refused = unfinished(args)
+    if refused:
+        print(f"serve: {refused}", file=sys.stderr)
+        return 2
     try:
         command, env = serve_command(args)
     except WeightsError as exc:

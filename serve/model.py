@@ -9,11 +9,12 @@ as it is (tokens, row offsets, logits count, cache inputs).
 
 from __future__ import annotations
 
-import os
+import logging
+import sys
+from pathlib import Path
 from typing import Any, ClassVar
 
 from max import tree
-from max.dtype import DType
 from max.experimental import nn
 from max.experimental.tensor import Tensor
 from max.nn.kv_cache import KVCacheInputsPerDevice
@@ -22,37 +23,27 @@ from max.pipelines.context import TextContext
 from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
 
 from model.engine_threads import quiet_background_threads
-from model.layers.few_rows import FewRowsLinear as few_rows_linear
-from model.options import LINEARS
+from model.layers import linear_maker
 from serve.model_config import GPT2ServeConfig
 from serve.network import GPT2Ragged
 from serve.weight_adapters import gpt2_state
 
 
-LINEAR = "GPT2_SERVE_LINEAR"  # python -m serve --linear sets it for the engine's process
-
-
-def uses_kernels(config: GPT2ServeConfig) -> bool:
-    """Whether float32 on the CPU runs its Linear layers on model/kernels'
-    op (``python -m serve --linear custom``, the default, as ``generate``'s):
-    a decode step of a few requests is a few rows, where MAX's own matmul
-    streams the weights slowest, and a step with prompts in it goes to MAX's
-    matmul from inside the op. Behind the engine it measured 1.18x nn.Linear
-    at one client and equal at 8 and 32 (docs/serving.md). A GPU keeps
-    nn.Linear: the kernels are CPU code."""
-    choice = os.environ.get(LINEAR, "custom")
-    if choice not in LINEARS:
-        raise ValueError(f"{LINEAR}={choice!r}: expected course or custom")
-    return choice == "custom" and config.devices[0].is_cpu() and config.dtype == DType.float32
-
+logger = logging.getLogger("max.pipelines")
 
 class GPT2EngineModule(GPT2Ragged):
-    """GPT2Ragged with the engine's calling convention: the cache arrives as
-    a flat list of graph inputs, unflattened here (as Llama 3's top module
-    does); same parameter names, so the same weights."""
+    """GPT2Ragged (the course's model, serve/network.py) with the engine's
+    calling convention: the cache arrives as a flat list of graph inputs,
+    unflattened here (as Llama 3's top module does); same parameter names,
+    so the same weights."""
 
     def __init__(self, config: GPT2ServeConfig) -> None:
-        super().__init__(config.gpt2, config.kv_params, few_rows_linear if uses_kernels(config) else nn.Linear)
+        # Step 04's nn.Linear, or model/layers' for the options (float32 on the
+        # CPU with --linear custom, the default: a decode step of a few
+        # requests is a few rows, where MAX's own matmul streams the weights
+        # slowest; docs/serving.md measures it). The kernels are CPU code.
+        super().__init__(config.gpt2, config.kv_params, linear_maker(config.options) or nn.Linear,
+                         impl=config.options.impl)
         self.engine_kv_params = config.kv_params
 
     def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
@@ -81,6 +72,10 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
 
     def _instantiate_module(self, model_config: GPT2ServeConfig) -> GPT2EngineModule:
         module = GPT2EngineModule(model_config)
+        # Which files the model is built from, in the server's log (with
+        # --impl steps: the learner's folder, found through PYTHONPATH).
+        source = Path(sys.modules[type(module.transformer).__module__].__file__).parent
+        logger.info(f"GPT-2 from the course's {model_config.options.impl} in {source}")
         module.to(self.devices[0])
         return module
 

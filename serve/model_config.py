@@ -3,14 +3,17 @@
 The engine reads config.json with transformers' GPT2Config (whose
 ``attribute_map`` answers ``hidden_size``, ``num_attention_heads``,
 ``num_hidden_layers`` and ``max_position_embeddings``); the network itself is
-built from step 01's GPT2Config, read by weights/ with the same refusals as
+built from step 01's GPT2Config (the solution's, or the learner's with
+``python -m serve --impl steps``), read by weights/ with the same refusals as
 ``generate`` (a checkpoint this project cannot run as Hugging Face does is
 never served as something else).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -25,7 +28,21 @@ from max.pipelines.modeling.config_enums import SupportedEncoding, supported_enc
 from transformers import AutoConfig
 from typing_extensions import Self
 
+from model.course import config_class
+from model.options import BuildOptions
 from weights import read_config, resolve_model
+
+OPTIONS = "GPT2_SERVE_OPTIONS"  # python -m serve sets it for the engine's process: BuildOptions as JSON
+
+
+def served_options() -> BuildOptions:
+    """The build options ``python -m serve`` chose (``--impl``, ``--linear``,
+    the device and dtype), as the engine's process reads them: the engine
+    builds the model there, so they travel in the environment."""
+    try:
+        return BuildOptions(**json.loads(os.environ.get(OPTIONS, "{}")))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{OPTIONS}={os.environ.get(OPTIONS)!r}: {exc}") from None
 
 
 @dataclass(kw_only=True)
@@ -38,6 +55,7 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
     SUPPORTED_ENCODINGS: ClassVar[set[SupportedEncoding]] = {"float32", "bfloat16"}
 
     gpt2: object  # step 01's GPT2Config, from weights.read_config
+    options: BuildOptions  # which code builds the network, which Linear layers (served_options)
     folder: Path
     dtype: DType
     max_seq_len: int
@@ -71,13 +89,16 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
     def initialize(cls, pipeline_config: PipelineConfig, model_config: MAXModelConfig | None = None, *,
                    max_seq_len: int) -> Self:
         model_config = model_config or pipeline_config.model
-        folder = resolve_model(str(model_config.model_path))
-        gpt2 = read_config(folder)
         encoding = _select_quantization_encoding(model_config, cls.DEFAULT_ENCODING)
         devices = [DeviceRef(spec.device_type, spec.id) for spec in model_config.device_specs]
+        # The engine's device and encoding are what runs, whatever the launcher said.
+        options = replace(served_options(), device="cpu" if devices[0].is_cpu() else "gpu", dtype=str(encoding))
+        folder = resolve_model(str(model_config.model_path))
+        gpt2 = read_config(folder, config_class(options.impl))
         cache_dtype = cache_dtype_for_encoding(encoding, model_config.kv_cache.kv_cache_format)
         return cls(
             gpt2=gpt2,
+            options=options,
             folder=folder,
             dtype=supported_encoding_dtype(encoding),
             max_seq_len=max_seq_len,

@@ -11,7 +11,7 @@ import numpy as np
 from weights.checkpoint import read_safetensors
 from weights.synthetic import copy_gpt2_tokenizer, hf_config, random_hf_state, write_checkpoint
 
-__all__ = ["copy_gpt2_tokenizer", "demo_reference", "greedy", "hf_config", "random_hf_state", "reference", "reference_variant", "write_checkpoint"]
+__all__ = ["copy_gpt2_tokenizer", "demo_reference", "greedy", "hf_config", "learner_tree", "random_hf_state", "reference", "reference_variant", "write_checkpoint"]
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 
@@ -52,3 +52,27 @@ def greedy(gpt2, prompt: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         logits, cache = gpt2.step(tokens[-1][:, None], cache)
         steps.append(logits)
     return np.stack(tokens, 1), np.stack(steps, 1)
+
+
+def learner_tree(tmp_path: Path, finished: bool) -> tuple[Path, dict[str, str]]:
+    """A folder holding a `steps` package: untouched skeletons, or every step
+    finished (the solutions, importing each other as steps.step_NN); and an
+    environment whose PYTHONPATH is the repository alone, so a child run with
+    the folder as its current directory imports that `steps`."""
+    import os
+    import re
+
+    from checker.skeleton import ROOT, make_skeleton, solutions, step_id
+
+    steps = tmp_path / "learner" / "steps"
+    steps.mkdir(parents=True)
+    (steps / "__init__.py").write_text("")
+    for solution in solutions():
+        text = solution.read_text()
+        if finished:
+            text = re.sub(r"\bsolutions\.solution_", "steps.step_", text)
+        else:
+            text = make_skeleton(text, step_id(solution))
+        (steps / f"step_{step_id(solution)}.py").write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return steps.parent, env

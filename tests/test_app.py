@@ -7,11 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from checkpoints import write_checkpoint
+from checkpoints import learner_tree, write_checkpoint
 from conftest import run_python
 
 from checker import oracle
-from checker.skeleton import ROOT
 from model.generate import generate
 from model.gpt2 import load_gpt2
 from model.sampling import Sampling
@@ -137,28 +136,6 @@ def test_cli_help_explains_every_flag():
         assert flag in done.stdout
 
 
-def _learner_tree(tmp_path, finished: bool):
-    """A folder holding a `steps` package: untouched skeletons, or every step
-    finished (the solutions, importing each other as steps.step_NN)."""
-    import os
-    import re
-
-    from checker.skeleton import make_skeleton, solutions, step_id
-
-    steps = tmp_path / "learner" / "steps"
-    steps.mkdir(parents=True)
-    (steps / "__init__.py").write_text("")
-    for solution in solutions():
-        text = solution.read_text()
-        if finished:
-            text = re.sub(r"\bsolutions\.solution_", "steps.step_", text)
-        else:
-            text = make_skeleton(text, step_id(solution))
-        (steps / f"step_{step_id(solution)}.py").write_text(text)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return steps.parent, env
-
-
 def _cli_in(cwd, env, *args):
     import subprocess
     import sys
@@ -171,7 +148,7 @@ def test_impl_steps_names_every_unfinished_step_it_needs_at_once(tmp_path, folde
     # Issue 43: it named step 01 alone when 01-11 were all unfinished.
     from tasks import task_command
 
-    cwd, env = _learner_tree(tmp_path, finished=False)
+    cwd, env = learner_tree(tmp_path, finished=False)
     done = _cli_in(cwd, env, "--impl", "steps", "--model", str(folder), "x")
     assert done.returncode == 2
     needed = [f"{n:02d}" for n in range(1, 12)]
@@ -196,7 +173,7 @@ def test_the_steps_a_build_needs_follow_the_learner_s_imports(tmp_path):
 
 
 def test_impl_steps_runs_a_finished_course(tmp_path, folder):
-    cwd, env = _learner_tree(tmp_path, finished=True)
+    cwd, env = learner_tree(tmp_path, finished=True)
     args = ("--model", str(folder), "--temperature", "0", "--max-new-tokens", "6", "--quiet", "Hello")
     mine = _cli_in(cwd, env, "--impl", "steps", *args)
     assert mine.returncode == 0, mine.stderr

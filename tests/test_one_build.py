@@ -7,7 +7,8 @@ defines each build option, each cache path, each Linear class.
 The server (serve/) is the one other place a network is built, because MAX's
 serving engine owns that build: it constructs the module where it asks
 (``GPT2PipelineModel._instantiate_module``) and compiles it itself. serve/
-never compiles and never builds the course's GPT2LMHeadModel."""
+never compiles; it builds the course's GPT2LMHeadModel in one place,
+serve/network.py, around the paged attention."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 APP = sorted((ROOT / "model").rglob("*.py")) + sorted((ROOT / "bench").glob("*.py")) + sorted((ROOT / "serve").glob("*.py"))
 BUILD = (ROOT / "model" / "gpt2.py", ROOT / "model" / "graph.py")
+SERVED_NETWORK = ROOT / "serve" / "network.py"  # the engine's build: the course's model around the paged cache
 
 
 def calls(path: Path) -> list[tuple[str, int]]:
@@ -39,7 +41,8 @@ def test_no_second_build(path):
         if path not in BUILD:
             # (re.compile builds a regular expression, not a graph)
             assert not name.endswith(".compile") or name == "re.compile", f"{rel}:{line}: compiles a graph outside the build"
-            assert not name.endswith("GPT2LMHeadModel"), f"{rel}:{line}: builds a model outside the build"
+            if path != SERVED_NETWORK:
+                assert not name.endswith("GPT2LMHeadModel"), f"{rel}:{line}: builds a model outside the build"
             assert name not in ("build_lm", "InPlaceGraph", "ConcatGraph", "compile_graph", "wrap"), f"{rel}:{line}: {name}() outside the build"
 
 

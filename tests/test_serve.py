@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from checkpoints import demo_reference
+from checkpoints import demo_reference, learner_tree
 from conftest import run_python
 
 from bench.serve import NotReady, free_port, group_alive, stop, wait_ready
@@ -34,17 +34,23 @@ START_TIMEOUT = 900  # a cold start compiles two graphs (model + sampler)
 
 
 class Server:
-    """`python -m serve` with the demo, started and stopped as bench.serve does."""
+    """`python -m serve` with the demo, started and stopped as bench.serve does.
 
-    def __init__(self, log: Path, device: str = "cpu") -> None:
+    ``cwd`` and ``env``: where it runs and with what (a learner's folder for
+    ``--impl steps``); its metrics endpoint gets a free port too, so two
+    servers never meet on MAX's default 8001."""
+
+    def __init__(self, log: Path, device: str = "cpu", *flags: str, cwd: Path = ROOT,
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.log = log
         self.base = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ if env is None else env)  # not MAX's C-level PYTHONPATH (see conftest.run_python)
+        env["MAX_SERVE_METRICS_ENDPOINT_PORT"] = str(free_port())
         self.process = subprocess.Popen(
             [sys.executable, "-m", "serve", "--model", MODEL, "--device", device, "--port", str(self.port),
-             "--max-batch-size", "8"],
-            cwd=ROOT, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
-            env=dict(os.environ))  # not MAX's C-level PYTHONPATH (see conftest.run_python)
+             "--max-batch-size", "8", *flags],
+            cwd=cwd, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
     def tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-25:])
@@ -257,8 +263,47 @@ def test_the_model_worker_lowers_max_s_background_threads_only(server, client):
 
 
 def test_sigterm_stops_it_cleanly(server):
-    """Last in the module: SIGTERM to the server's group ends every process of it."""
+    """Last of the demo server's tests: SIGTERM to the server's group ends every process of it."""
     start = time.monotonic()
     code = server.stop()
     assert code is not None and time.monotonic() - start < 60
     assert not server.alive_in_group(), "a server process outlived SIGTERM"
+
+
+# `--impl steps`: the server built from a learner's finished steps/ (a folder
+# outside the repository, first in the current directory as a learner's
+# would be), started after the demo server above has stopped.
+
+
+@pytest.fixture(scope="module")
+def steps_server(tmp_path_factory):
+    cwd, env = learner_tree(tmp_path_factory.mktemp("learner"), finished=True)
+    srv = Server(tmp_path_factory.mktemp("serve-steps") / "server.log", "cpu", "--impl", "steps", cwd=cwd, env=env)
+    srv.learner = cwd / "steps"
+    seconds = srv.wait_ready()
+    print(f"\nserver (--impl steps) ready in {seconds:.0f} s")
+    yield srv
+    srv.stop()
+
+
+def test_impl_steps_serves_the_learner_s_model_greedy_as_hugging_face(steps_server, reference, tokenizer):
+    """The learner's blocks behind the engine give HF's greedy tokens, for
+    three prompts at once (one ragged batch of sequences of different
+    lengths): HF's prompt, and it followed by the first 9 and 23 tokens of
+    HF's continuation."""
+    # The engine built the learner's files (serve/model.py names them in its
+    # log), not the repository's steps/ skeletons.
+    assert f"GPT-2 from the course's steps in {steps_server.learner}" in steps_server.log.read_text(errors="replace")
+    client = openai.OpenAI(base_url=steps_server.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+    prompt = [int(t) for t in reference["prompt"][0]]
+    want = [int(t) for t in reference["greedy"][0]]
+
+    def served(k: int) -> list[int]:
+        text = tokenizer.decode(prompt + want[:k])
+        out = complete(client, text, len(want) - k, temperature=0)
+        return tokenizer(out.choices[0].text)["input_ids"]
+
+    cuts = (0, 9, 23)
+    with ThreadPoolExecutor(len(cuts)) as pool:
+        got = list(pool.map(served, cuts))
+    assert got == [want[k:] for k in cuts], [tokenizer.decode(g) for g in got]

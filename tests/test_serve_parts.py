@@ -85,27 +85,124 @@ def test_usage_errors_before_any_server(tmp_path, capsys):
 
 
 def test_the_linear_choice_reaches_the_engine(monkeypatch):
-    """`--linear` travels to the engine's process in the environment; the
-    few-rows kernel is used for float32 on the CPU only."""
-    from types import SimpleNamespace
-
-    from max.dtype import DType
-    from max.graph import DeviceRef
-
-    from serve.model import LINEAR, uses_kernels
+    """`--linear` travels to the engine's process in the environment, in the
+    build options; the few-rows kernel is used for float32 on the CPU only."""
+    from model.layers import linear_maker
+    from model.layers.few_rows import FewRowsLinear
+    from model.options import BuildOptions
+    from serve.model_config import OPTIONS, served_options
 
     def env(*argv):
         args = build_parser().parse_args(["--model", "demo", "--device", "cpu", *argv])
         args.passthrough = []
         return serve_command(args)[1]
 
-    assert env()[LINEAR] == "custom" and env("--linear", "course")[LINEAR] == "course"
-    cpu32 = SimpleNamespace(devices=[DeviceRef.CPU()], dtype=DType.float32)
-    gpu16 = SimpleNamespace(devices=[DeviceRef.GPU()], dtype=DType.bfloat16)
-    monkeypatch.setenv(LINEAR, "custom")
-    assert uses_kernels(cpu32) and not uses_kernels(gpu16)
-    monkeypatch.setenv(LINEAR, "course")
-    assert not uses_kernels(cpu32)
-    monkeypatch.setenv(LINEAR, "fast")
-    with pytest.raises(ValueError, match="expected course or custom"):
-        uses_kernels(cpu32)
+    for argv, linear in (((), "custom"), (("--linear", "course"), "course")):
+        monkeypatch.setenv(OPTIONS, env(*argv)[OPTIONS])
+        assert served_options() == BuildOptions(device="cpu", dtype="float32", linear=linear)
+    custom = BuildOptions(device="cpu", dtype="float32")
+    assert linear_maker(custom) is FewRowsLinear
+    assert linear_maker(BuildOptions(device="cpu", dtype="float32", linear="course")) is None  # nn.Linear
+    monkeypatch.setattr("model.device.accelerator_count", lambda: 1)  # as on a GPU machine
+    assert linear_maker(BuildOptions(device="gpu", dtype="bfloat16")) is None
+    monkeypatch.setenv(OPTIONS, '{"linear": "fast"}')
+    with pytest.raises(ValueError, match="linear must be one of"):
+        served_options()
+
+
+@pytest.fixture
+def learner(tmp_path, monkeypatch):
+    """Make `import steps` find a learner's folder (as if it were the current
+    directory): ``learner(finished)`` writes it and returns it. The modules it
+    imports are dropped afterwards, and the repository's come back."""
+    import sys
+
+    from checkpoints import learner_tree
+
+    def use(finished: bool):
+        folder, _ = learner_tree(tmp_path, finished)
+        for name in [n for n in sys.modules if n == "steps" or n.startswith("steps.")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.syspath_prepend(str(folder))
+        return folder
+
+    yield use
+    for name in [n for n in sys.modules if n == "steps" or n.startswith("steps.")]:
+        del sys.modules[name]
+
+
+def test_impl_steps_refuses_unfinished_steps_before_any_server(learner, monkeypatch, capsys):
+    """As `python -m model --impl steps`: every unfinished step the model
+    needs, named in one line, exit 2, and no `max serve` started."""
+    import serve.__main__ as launcher
+    from tasks import task_command
+
+    learner(finished=False)
+
+    def no_server(*args, **kwargs):
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", no_server)
+    assert main(["--model", "demo", "--device", "cpu", "--impl", "steps"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("serve: --impl steps builds GPT-2 from your steps") and err.count("\n") == 1, err
+    for step in [f"{n:02d}" for n in range(1, 12)]:
+        assert f"steps/step_{step}.py (line " in err and f"`{task_command('s' + step)}`" in err
+
+
+def test_the_impl_and_the_learner_s_folder_reach_the_engine(learner, monkeypatch):
+    """`--impl` travels in the environment, and with `steps` the folder this
+    process imports `steps` from goes first on the engine's PYTHONPATH:
+    the repository (which has its own steps/ skeletons) comes after it."""
+    import os
+
+    from checker.skeleton import ROOT
+    from serve.model_config import OPTIONS, served_options
+
+    def env(*argv):
+        args = build_parser().parse_args(["--model", "demo", "--device", "cpu", *argv])
+        args.passthrough = []
+        return serve_command(args)[1]
+
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    plain = env()
+    assert plain["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/elsewhere"]
+    folder = learner(finished=True)
+    steps = env("--impl", "steps")
+    assert steps["PYTHONPATH"].split(os.pathsep) == [str(folder), str(ROOT), "/elsewhere"]
+
+    for launched, choice in ((plain, "solutions"), (steps, "steps")):
+        monkeypatch.setenv(OPTIONS, launched[OPTIONS])
+        assert served_options().impl == choice
+    monkeypatch.setenv(OPTIONS, '{"impl": "mine"}')
+    with pytest.raises(ValueError, match="impl must be one of"):
+        served_options()
+
+
+@pytest.mark.parametrize("impl", ["solutions", "steps"])
+def test_the_served_network_is_the_course_s_with_the_app_s_names(impl, learner):
+    """Built under F.lazy() (nothing compiles): step 11's model from the
+    chosen code, step 07's attention subclassed for the paged cache, and
+    exactly the parameter names weights/ loads for the app."""
+    from max.dtype import DType
+    from max.experimental import functional as F
+    from max.experimental.tensor import default_dtype
+
+    from model.course import config_class, course
+    from serve.network import GPT2Ragged
+    from weights import load_state, read_config
+
+    if impl == "steps":
+        folder = learner(finished=True)
+    config = read_config(DEMO, config_class(impl))
+    with F.lazy(), default_dtype(DType.float32):
+        network = GPT2Ragged(config, kv_params=None, impl=impl)
+    kit = course(impl)
+    assert set(dict(network.parameters)) == set(load_state(DEMO, config))
+    block = network.transformer.h[0]
+    assert isinstance(block.attn, kit.GPT2MultiHeadAttention)
+    assert type(block).__module__ == ("solutions.solution_09" if impl == "solutions" else "steps.step_09")
+    if impl == "steps":
+        import sys
+
+        assert sys.modules["steps.step_09"].__file__ == str(folder / "steps" / "step_09.py")
