@@ -62,7 +62,8 @@ def check_step(step: str, learner_path: Path, color: bool, quiet: bool = False) 
         maxrun.collect_compiles()
     start = time.perf_counter()
     solution_path = ROOT / "solutions" / f"solution_{step}.py"
-    outcomes = run_checks(step, module.CHECKS, learner_path, solution_path)
+    with maxrun.slow_notice(f"step {step}'s checks"):
+        outcomes = run_checks(step, module.CHECKS, learner_path, solution_path)
     first_failure: Outcome | None = None
     for outcome in outcomes:
         mark = paint(GREEN, "PASS") if outcome.passed else paint(RED, "FAIL")

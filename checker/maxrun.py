@@ -186,3 +186,30 @@ def check_same_parameters(ctx, class_name: str, hint: str, *args, config: dict =
         return build(getattr(module, class_name), *(args or (module.GPT2Config(**config),)))
 
     assert_parameters(make(ctx.learner), make(ctx.solution), hint)
+
+
+# Measured on 2 cores with MAX's caches empty (issue 43's run, 2026-11-24):
+# step 12's model check 125-128 s, `show 07` 233 s, a step's first check up to
+# ~2 min; warm, each takes seconds. What the notice below says.
+COLD = "the first run on this machine compiles MAX's kernels: up to ~2-4 min on 2 cores, seconds once cached"
+
+
+@contextmanager
+def slow_notice(what: str, after: float = 5.0, out=None):
+    """Say once, ``after`` seconds into ``what``, that it is compiling and for
+    roughly how long (COLD): a warm run finishes first and prints nothing, so
+    the line is only seen when it is true, and before the long part of the wait."""
+    import threading
+
+    out = out or sys.stdout
+
+    def say() -> None:
+        print(f"  ... {what} is still running after {after:.0f} s: {COLD}", file=out, flush=True)
+
+    timer = threading.Timer(after, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

@@ -275,12 +275,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Step {step} runs your steps {uses}; still TODO: {todo}.\n"
               f"  hint: finish them first, in order: {', '.join(task_command('s' + n) for n, _ in earlier)}")
         return 1
-    solution = SHOWS[step](importlib.import_module(f"solutions.solution_{step}"))
+    with maxrun.slow_notice(f"show {step} (the solution's run, then yours)"):
+        solution = SHOWS[step](importlib.import_module(f"solutions.solution_{step}"))
     print(f"Step {step} ({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}) on its fixed input:")
     for name, value in solution.inputs.items():
         print(f"  input {name}: {describe(value)}" + (f" = {value.tolist()}" if value.size <= 8 else f"  {first(value)}"))
     try:
-        with maxrun.interpreter():
+        with maxrun.interpreter(), maxrun.slow_notice(f"show {step} (your run)"):
             learner = SHOWS[step](load_file(path, f"show_step_{step}"))
     except Exception as exc:  # the learner's code raised: say where, as the checker does
         message, hint = describe_exception(exc, path)

@@ -132,8 +132,9 @@ class GPT2Ragged(nn.Module):
     ``transformer`` and ``lm_head`` are step 11's own, built with the paged
     attention; ``impl`` picks the solutions or the learner's steps/.
     ``linear`` makes every Linear layer, as in steps 04-11: nn.Linear, or
-    model/fast_linear.py's few-rows kernel (serve/model.py picks it for
-    float32 on the CPU, where a decode step of a few requests is a few rows)."""
+    model/layers' FewRowsLinear (serve/model.py asks model/layers for the
+    build options' maker: float32 on the CPU, where a decode step of a few
+    requests is a few rows)."""
 
     def __init__(self, config, kv_params: KVCacheParams, linear=nn.Linear, impl: str = "solutions") -> None:
         super().__init__()

@@ -99,3 +99,21 @@ def test_the_compile_note_speaks_only_when_this_run_compiled_for_more_than_a_sec
     note = maxrun.compile_note()
     assert "compiled 2 of MAX's kernels (32 s; the longest mo.matmul_cpu_float32, 32 s)" in note and "warm" in note
     assert maxrun.compile_note(since=2) is None  # a later step of the same run compiled nothing
+
+
+def test_a_long_wait_is_announced_while_it_lasts_and_a_short_one_says_nothing():
+    # Issue 43, point 3: a first `show 07` or step 12 check sat silent for minutes.
+    import io
+    import time
+
+    from checker import maxrun
+
+    out = io.StringIO()
+    with maxrun.slow_notice("step 12's checks", after=0.05, out=out):
+        pass  # warm: done before the notice is due
+    time.sleep(0.1)
+    assert out.getvalue() == ""
+    with maxrun.slow_notice("step 12's checks", after=0.05, out=out):
+        time.sleep(0.3)  # cold: still compiling
+    assert out.getvalue().count("\n") == 1
+    assert "step 12's checks is still running after 0 s" in out.getvalue() and "compiles MAX's kernels" in out.getvalue()

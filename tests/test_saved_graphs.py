@@ -20,7 +20,8 @@ def test_second_load_reads_the_saved_graph(tmp_path, monkeypatch, capsys):
     folder, _, ref = reference("tiny-2l-4h")
     first = load_gpt2(folder, device="cpu", with_tokenizer=False)
     compiling = capsys.readouterr().err  # a compile says so first, and how long it took after
-    assert "compiling the model graph (about a minute the first time" in compiling and "compiled in" in compiling
+    assert "compiling the model graph (seconds when MAX's caches are warm; the first time" in compiling
+    assert "compiled in" in compiling
     second = load_gpt2(folder, device="cpu", with_tokenizer=False)
     assert "compiling" not in capsys.readouterr().err  # a saved graph is not compiled
     assert not first.saved_graph and second.saved_graph
