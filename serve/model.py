@@ -21,6 +21,7 @@ from max.nn.kv_cache import KVCacheInputsPerDevice
 from max.pipelines.architectures.llama3_modulev3.batch_processor import Llama3ModuleV3BatchProcessor
 from max.pipelines.context import TextContext
 from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
+from max.pipelines.lib.log_probabilities import LogProbabilitiesMixin
 
 from model.engine_threads import quiet_background_threads
 from model.layers import linear_maker
@@ -54,8 +55,14 @@ class GPT2EngineModule(GPT2Ragged):
         return ModuleV3Outputs(next_token_logits=super().forward(tokens, kv, input_row_offsets))
 
 
-class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
-    """GPT-2 for ``max serve``: float32 on the CPU, bfloat16 on a GPU."""
+class GPT2PipelineModel(LogProbabilitiesMixin, ModuleV3PipelineModelWithKVCache[TextContext]):
+    """GPT-2 for ``max serve``: float32 on the CPU, bfloat16 on a GPU.
+
+    ``LogProbabilitiesMixin`` (as Llama 3's) answers a request's ``logprobs``:
+    without it the engine returns ``null`` for them. It scores the sampled
+    token and the top alternatives from each sequence's last logits, which is
+    all this network returns; ``echo`` (the prompt's log-probabilities) would
+    need every position's, so serve/tokenizer.py refuses it."""
 
     model_config_cls: ClassVar[type[Any]] = GPT2ServeConfig
     batch_processor_cls: ClassVar[type[Llama3ModuleV3BatchProcessor]] = Llama3ModuleV3BatchProcessor

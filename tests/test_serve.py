@@ -20,6 +20,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 from checkpoints import demo_reference, learner_tree
 from conftest import run_python
@@ -163,12 +164,44 @@ def test_seeded_sampling_is_reproducible(client):
     assert a == b
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def test_logprobs_equal_hugging_face_log_softmax(client, reference, tokenizer):
+    """`logprobs: 5` on a prompt sent as token ids (HF's reference ids cut at
+    k): the greedy token's log-probability and the top 5 alternatives are
+    log_softmax of HF's logits at position k-1 (float32, within 1e-4). The
+    prompts go at once, so the scores of a ragged batch are checked too."""
+    ids = [int(t) for t in reference["ids"][0]]
+    cuts = (1, 3, 5, 8)
+    with ThreadPoolExecutor(len(cuts)) as pool:
+        outs = list(pool.map(lambda k: complete(client, ids[:k], 1, temperature=0, logprobs=5), cuts))
+    for k, out in zip(cuts, outs):
+        want = log_softmax(reference["logits"][0, k - 1])
+        top = [int(t) for t in np.argsort(want)[::-1][:5]]
+        lp = out.choices[0].logprobs
+        assert lp is not None, f"k={k}: logprobs came back null"
+        assert out.choices[0].text == tokenizer.decode([top[0]])
+        assert lp.token_logprobs[0] == pytest.approx(want[top[0]], abs=1e-4), k
+        # The API keys the alternatives by their text; ids that decode alike
+        # share a key (none do among these).
+        expected = {tokenizer.decode([t]): float(want[t]) for t in top}
+        got = lp.top_logprobs[0]
+        assert set(got) == set(expected), (k, got, expected)
+        for text, value in got.items():
+            assert value == pytest.approx(expected[text], abs=1e-4), (k, text)
+
+
 # Refusals this project's tokenizer (serve/tokenizer.py) names in the reply.
 NAMED = [
     ({"model": MODEL, "prompt": "", "max_tokens": 5}, "prompt is empty"),
     ({"model": MODEL, "prompt": "Hello", "max_tokens": 0}, "max_tokens must be at least 1"),
     ({"model": MODEL, "prompt": "Hello " * 200, "max_tokens": 100}, "exceeds this model's context length of 256"),
     ("{not json", "json"),
+    ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "echo": True, "logprobs": 1}, "echo"),
 ]
 # Refusals the engine makes before any model code runs: it answers 400 with
 # only "Value error." (MAX 26.7 hides a ValueError's text from clients) and
