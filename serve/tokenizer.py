@@ -21,7 +21,9 @@ from max.pipelines.lib import TextTokenizer
 class GPT2ServeTokenizer(TextTokenizer):
     async def new_context(self, request) -> TextContext:
         prompt = request.prompt
-        if prompt is not None and len(prompt) == 0 or (isinstance(prompt, str) and not prompt.strip()):
+        # Only a prompt of no tokens: whitespace is text GPT-2 has tokens for
+        # (" " is token 220), so a prompt of spaces or newlines is served.
+        if prompt is not None and len(prompt) == 0:
             raise InputError("prompt is empty: GPT-2 continues text, so send at least one token of it")
         if request.echo:
             # The engine drops echo's text, and its prompt log-probabilities

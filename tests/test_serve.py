@@ -213,6 +213,32 @@ LOGGED = [
 ]
 
 
+def test_a_whitespace_prompt_is_served(server, tokenizer):
+    """" " is GPT-2's token 220: a prompt, not an empty one."""
+    assert tokenizer(" ")["input_ids"] == [220]
+    for prompt in (" ", "\n\n", [220]):
+        status, out = post(server, json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0,
+                                               "return_token_ids": True, "ignore_eos": True}))
+        assert status == 200, (prompt, out)
+        assert len(out["choices"][0]["token_ids"]) == 4
+        assert out["usage"]["prompt_tokens"] == len(tokenizer(prompt)["input_ids"] if isinstance(prompt, str) else prompt)
+
+
+def test_fields_the_engine_drops_are_as_docs_say(server):
+    """MAX 26.7 accepts `n` and `logit_bias` and drops them before any project
+    code sees the request (docs/serving.md): pinned, so the docs' table is
+    revisited when an engine upgrade starts honouring them."""
+    body = {"model": MODEL, "prompt": "And it came to pass", "max_tokens": 5, "temperature": 0,
+            "return_token_ids": True}
+    status, plain = post(server, json.dumps(body))
+    assert status == 200, plain
+    first = plain["choices"][0]["token_ids"][0]
+    status, out = post(server, json.dumps({**body, "n": 2, "logit_bias": {str(first): -100}}))
+    assert status == 200, out
+    assert len(out["choices"]) == 1
+    assert out["choices"][0]["token_ids"] == plain["choices"][0]["token_ids"]
+
+
 @pytest.mark.parametrize("body, reason", NAMED + LOGGED)
 def test_bad_requests_get_a_4xx_and_the_server_keeps_serving(server, client, body, reason):
     status, error = post(server, body if isinstance(body, str) else json.dumps(body))
