@@ -91,10 +91,8 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--max-batch-size", str(args.max_batch_size),
         "--max-length", str(args.max_length or config.n_positions),
         "--host", args.host, "--port", str(args.port),
-        # New requests' prefill joins the running decode step instead of
-        # waiting for one of its own: measured by bench.serve, +15% output
-        # tokens/s at 32 clients, even at 1 and 8 (docs/serving.md).
-        "--enable-in-flight-batching",
+        # In-flight batching and penalties are the architecture's
+        # required_arguments (serve/arch.py): on with plain `max serve` too.
         *args.passthrough,
     ]
     # The engine gets a local folder (resolve_model fetched a hub id already):

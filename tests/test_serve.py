@@ -195,6 +195,45 @@ def test_logprobs_equal_hugging_face_log_softmax(client, reference, tokenizer):
             assert value == pytest.approx(expected[text], abs=1e-4), (k, text)
 
 
+@pytest.fixture(scope="module")
+def app_model():
+    """The app's own GPT-2 on the demo (float32, CPU): every position's logits."""
+    from model.gpt2 import load_gpt2
+
+    return load_gpt2("demo", device="cpu", with_tokenizer=False)
+
+
+def penalized_greedy(app_model, prompt: list[int], n: int, frequency: float, presence: float) -> list[int]:
+    """OpenAI's definition, in numpy, over the app's logits: before each
+    token, logits[j] -= frequency * count(j) + presence * (count(j) > 0),
+    count(j) being how often j was *generated* so far (the prompt does not
+    count, as in MAX: its frequency/presence table is built from the
+    generated tokens, its repetition penalty's from prompt and generated)."""
+    generated: list[int] = []
+    for _ in range(n):
+        logits = app_model.forward_logits(np.array([prompt + generated]))[0, -1].astype(np.float64)
+        counts = np.bincount(generated, minlength=logits.shape[-1])[: logits.shape[-1]]
+        logits = logits - frequency * counts - presence * (counts > 0)
+        generated.append(int(np.argmax(logits)))
+    return generated
+
+
+@pytest.mark.parametrize("frequency, presence", [(0.8, 0.0), (0.0, 1.5), (0.5, 0.5)])
+def test_penalties_follow_the_openai_definition(server, app_model, reference, frequency, presence):
+    """Temperature 0 with penalties: the served tokens are the numpy
+    reference's greedy ones, which differ from plain greedy (so a server
+    ignoring the penalties fails)."""
+    prompt = [int(t) for t in reference["prompt"][0]]
+    n = 30
+    want = penalized_greedy(app_model, prompt, n, frequency, presence)
+    assert want != penalized_greedy(app_model, prompt, n, 0.0, 0.0), "these penalties change nothing here"
+    status, out = post(server, json.dumps({
+        "model": MODEL, "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
+        "frequency_penalty": frequency, "presence_penalty": presence, "return_token_ids": True}))
+    assert status == 200, out
+    assert out["choices"][0]["token_ids"] == want
+
+
 # Refusals this project's tokenizer (serve/tokenizer.py) names in the reply.
 NAMED = [
     ({"model": MODEL, "prompt": "", "max_tokens": 5}, "prompt is empty"),

@@ -206,3 +206,24 @@ def test_the_served_network_is_the_course_s_with_the_app_s_names(impl, learner):
         import sys
 
         assert sys.modules["steps.step_09"].__file__ == str(folder / "steps" / "step_09.py")
+
+
+def test_the_architecture_declares_penalties_and_in_flight_batching():
+    """serve/arch.py's required_arguments name real config fields: the
+    engine skips a name no config has without a word, so a renamed field
+    would quietly turn penalties or in-flight batching off. The command line
+    no longer carries them."""
+    from max.pipelines.lib import PipelineConfig
+    from max.pipelines.lib.config.model_config import MAXModelConfig
+    from max.pipelines.lib.pipeline_runtime_config import PipelineRuntimeConfig
+    from max.pipelines.sampling.sampling_config import SamplingConfig
+
+    from serve.arch import gpt2_arch
+
+    required = gpt2_arch.required_arguments
+    assert required == {"enable_penalties": True, "enable_in_flight_batching": True}
+    assert "enable_penalties" in SamplingConfig.model_fields
+    assert "enable_in_flight_batching" in PipelineRuntimeConfig.model_fields
+    for name in required:  # each has one receiver (none is also a model or top-level field)
+        assert name not in PipelineConfig.model_fields and name not in MAXModelConfig.model_fields
+    assert "--enable-in-flight-batching" not in command("--model", "demo", "--device", "cpu")
