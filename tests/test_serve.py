@@ -47,7 +47,8 @@ class Server:
         self.log = log
         self.base = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ if env is None else env)  # not MAX's C-level PYTHONPATH (see conftest.run_python)
-        env["MAX_SERVE_METRICS_ENDPOINT_PORT"] = str(free_port())
+        self.metrics_port = free_port()
+        env["MAX_SERVE_METRICS_ENDPOINT_PORT"] = str(self.metrics_port)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "serve", "--model", MODEL, "--device", device, "--port", str(self.port),
              "--max-batch-size", "8", *flags],
@@ -232,6 +233,30 @@ def test_penalties_follow_the_openai_definition(server, app_model, reference, fr
         "frequency_penalty": frequency, "presence_penalty": presence, "return_token_ids": True}))
     assert status == 200, out
     assert out["choices"][0]["token_ids"] == want
+
+
+def completions_counted(server) -> float:
+    """maxserve.request_count for 200s on /v1/completions, from /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("maxserve_request_count") and 'path="/v1/completions"' in line and 'code="200"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_health_and_metrics(server, client):
+    """/health answers 200; /metrics (Prometheus, on 127.0.0.1 and its own
+    port, on by default) counts a completion once it is served."""
+    with urllib.request.urlopen(server.base + "/health", timeout=10) as r:
+        assert r.status == 200
+    before = completions_counted(server)
+    complete(client, "And", 2, temperature=0)
+    deadline = time.monotonic() + 15  # the engine records metrics in a process of its own
+    while completions_counted(server) < before + 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert completions_counted(server) >= before + 1
 
 
 # Refusals this project's tokenizer (serve/tokenizer.py) names in the reply.

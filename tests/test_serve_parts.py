@@ -227,3 +227,33 @@ def test_the_architecture_declares_penalties_and_in_flight_batching():
     for name in required:  # each has one receiver (none is also a model or top-level field)
         assert name not in PipelineConfig.model_fields and name not in MAXModelConfig.model_fields
     assert "--enable-in-flight-batching" not in command("--model", "demo", "--device", "cpu")
+
+
+@pytest.mark.filterwarnings("ignore:pythonjsonlogger.jsonlogger has been moved:DeprecationWarning")  # MAX's telemetry imports it
+def test_metrics_on_and_nothing_sent_outside(monkeypatch):
+    """The engine's environment: OTEL_SDK_DISABLED (MAX's egress switch that
+    keeps the local /metrics), not MAX_SERVE_DISABLE_TELEMETRY (which would
+    turn /metrics off too); --metrics-port reaches MAX's setting."""
+    monkeypatch.delenv("MAX_SERVE_DISABLE_TELEMETRY", raising=False)
+    monkeypatch.delenv("MAX_SERVE_METRICS_ENDPOINT_PORT", raising=False)
+
+    def env(*argv):
+        args = build_parser().parse_args(["--model", "demo", "--device", "cpu", *argv])
+        args.passthrough = []
+        return serve_command(args)[1]
+
+    plain = env()
+    assert plain["OTEL_SDK_DISABLED"] == "true"
+    assert "MAX_SERVE_DISABLE_TELEMETRY" not in plain
+    assert "MAX_SERVE_METRICS_ENDPOINT_PORT" not in plain
+    assert env("--metrics-port", "9101")["MAX_SERVE_METRICS_ENDPOINT_PORT"] == "9101"
+    # As MAX reads that environment: egress off (its exporters and start-up
+    # log check _telemetry_disabled), /metrics on (it checks the raw setting).
+    from max.serve.config import Settings
+    from max.serve.telemetry.common import _telemetry_disabled
+
+    for name in ("OTEL_SDK_DISABLED", "MAX_SERVE_DISABLE_TELEMETRY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_SDK_DISABLED", plain["OTEL_SDK_DISABLED"])
+    settings = Settings()
+    assert _telemetry_disabled(settings) and not settings.disable_telemetry
