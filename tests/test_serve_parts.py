@@ -257,3 +257,29 @@ def test_metrics_on_and_nothing_sent_outside(monkeypatch):
     monkeypatch.setenv("OTEL_SDK_DISABLED", plain["OTEL_SDK_DISABLED"])
     settings = Settings()
     assert _telemetry_disabled(settings) and not settings.disable_telemetry
+
+
+def test_log_probabilities_are_hugging_face_s_log_softmax():
+    """serve/model.py's logprobs on HF's own logits for the demo: the
+    log-softmax to 1e-6 (MAX's kernel is off by up to 1.5e-3 here), the top
+    n in order, a sampled token outside them added, none where n is 0."""
+    from checkpoints import demo_reference
+
+    from serve.model import log_probabilities
+
+    logits = demo_reference()["logits"][0]  # [8, vocab] float32
+    x = logits.astype(np.float64)
+    want = x - x.max(-1, keepdims=True)
+    want -= np.log(np.exp(want).sum(-1, keepdims=True))
+    unlikely = want.argmin(-1)
+    got = log_probabilities(logits, unlikely, [5, 0, 3, 1, 7, 5, 5, 5])
+    assert got[1] is None
+    for row, (lp, n) in enumerate(zip(got, [5, 0, 3, 1, 7, 5, 5, 5])):
+        if lp is None:
+            continue
+        top = list(np.argsort(-want[row])[:n])
+        assert lp.sampled_token_ids == [int(unlikely[row])]
+        assert lp.token_log_probabilities[0] == pytest.approx(want[row, unlikely[row]], abs=1e-6)
+        (ranked,) = lp.top_log_probabilities
+        assert list(ranked) == [*map(int, top), int(unlikely[row])]
+        np.testing.assert_allclose(list(ranked.values()), want[row, [*top, unlikely[row]]], atol=1e-6)
