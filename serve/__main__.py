@@ -8,7 +8,8 @@
 This runs ``max serve`` with this project's GPT-2 architecture (serve/arch.py,
 registered through ``--custom-architectures``) and the flags this model needs.
 It serves ``/v1/completions`` (with streaming), ``/v1/models`` and
-``/health``; GPT-2 has no chat template, so ``/v1/chat/completions`` is
+``/health``, and Prometheus metrics on ``/metrics`` at ``--metrics-port``
+(nothing is sent outside); GPT-2 has no chat template, so ``/v1/chat/completions`` is
 refused by the engine. Ctrl-C or SIGTERM stops it.
 
 Anything after ``--`` goes to ``max serve`` unchanged (``max serve --help``).
@@ -39,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Hugging Face id, a local checkpoint folder, or `demo` (the bundled model); default gpt2")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="port of the Prometheus /metrics endpoint, on --host (default: MAX's, 8001, or "
+                        "$MAX_SERVE_METRICS_ENDPOINT_PORT); two servers on one machine need two")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                    help="auto: a GPU when one is visible, else the CPU")
     p.add_argument("--max-batch-size", type=int, default=8,
@@ -91,10 +95,8 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--max-batch-size", str(args.max_batch_size),
         "--max-length", str(args.max_length or config.n_positions),
         "--host", args.host, "--port", str(args.port),
-        # New requests' prefill joins the running decode step instead of
-        # waiting for one of its own: measured by bench.serve, +15% output
-        # tokens/s at 32 clients, even at 1 and 8 (docs/serving.md).
-        "--enable-in-flight-batching",
+        # In-flight batching and penalties are the architecture's
+        # required_arguments (serve/arch.py): on with plain `max serve` too.
         *args.passthrough,
     ]
     # The engine gets a local folder (resolve_model fetched a hub id already):
@@ -109,8 +111,15 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         from model.course import steps_folder
 
         path.insert(0, str(steps_folder().parent))
-    env = dict(os.environ, MAX_SERVE_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="1", GPT2_SERVE_OPTIONS=json.dumps(asdict(options)),
+    # Nothing sent outside, the local Prometheus /metrics kept: MAX's
+    # MAX_SERVE_DISABLE_TELEMETRY would turn both off, while OTEL_SDK_DISABLED
+    # stops every exporter to Modular's collector (and the start-up log it
+    # posts) but leaves /metrics, a pull surface on --host
+    # (max/serve/telemetry/common.py's _telemetry_disabled).
+    env = dict(os.environ, OTEL_SDK_DISABLED="true", HF_HUB_OFFLINE="1", GPT2_SERVE_OPTIONS=json.dumps(asdict(options)),
                PYTHONPATH=os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])))
+    if args.metrics_port is not None:  # a setting of MAX's server, read from the environment only
+        env["MAX_SERVE_METRICS_ENDPOINT_PORT"] = str(args.metrics_port)
     return command, env
 
 

@@ -14,12 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 from max import tree
+from max.driver import CPU, Buffer
 from max.experimental import nn
 from max.experimental.tensor import Tensor
 from max.nn.kv_cache import KVCacheInputsPerDevice
 from max.pipelines.architectures.llama3_modulev3.batch_processor import Llama3ModuleV3BatchProcessor
-from max.pipelines.context import TextContext
+from max.pipelines.context import LogProbabilities, TextContext
 from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
 
 from model.engine_threads import quiet_background_threads
@@ -54,8 +56,40 @@ class GPT2EngineModule(GPT2Ragged):
         return ModuleV3Outputs(next_token_logits=super().forward(tokens, kv, input_row_offsets))
 
 
+def log_probabilities(logits: np.ndarray, sampled: np.ndarray, batch_top_n: list[int]) -> list[LogProbabilities | None]:
+    """Each row's sampled token's log-probability and its ``top_n`` likeliest
+    tokens' (the sampled one added if not among them), as MAX's
+    ``LogProbabilitiesMixin`` returns them; None where ``top_n`` is 0.
+
+    logits [batch, vocab] float32. The normalizer is summed in float64: MAX's
+    log-probabilities kernel, given Hugging Face's own logits for the demo,
+    is off by up to 1.5e-3 (its log-sum-exp over 50257 entries), where this
+    stays within 1e-6 of HF's log_softmax."""
+    out: list[LogProbabilities | None] = []
+    for row, token, top_n in zip(logits, sampled, batch_top_n, strict=True):
+        if top_n == 0:
+            out.append(None)
+            continue
+        peak = float(row.max())
+        log_z = peak + float(np.log(np.exp(row - peak, dtype=np.float64).sum()))
+        ids = np.argpartition(-row, top_n)[:top_n] if top_n < row.shape[0] else np.arange(row.shape[0])
+        ids = ids[np.argsort(-row[ids], kind="stable")]
+        top = {int(t): float(row[t]) - log_z for t in ids}
+        token = int(token)
+        top[token] = float(row[token]) - log_z
+        out.append(LogProbabilities(token_log_probabilities=[top[token]], top_log_probabilities=[top],
+                                    sampled_token_ids=[token]))
+    return out
+
+
 class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
-    """GPT-2 for ``max serve``: float32 on the CPU, bfloat16 on a GPU."""
+    """GPT-2 for ``max serve``: float32 on the CPU, bfloat16 on a GPU.
+
+    ``compute_log_probabilities`` answers a request's ``logprobs`` (without
+    it the engine returns ``null`` for them), from each sequence's last
+    logits, which is all this network returns; ``echo`` (the prompt's
+    log-probabilities) would need every position's, so serve/tokenizer.py
+    refuses it."""
 
     model_config_cls: ClassVar[type[Any]] = GPT2ServeConfig
     batch_processor_cls: ClassVar[type[Llama3ModuleV3BatchProcessor]] = Llama3ModuleV3BatchProcessor
@@ -78,6 +112,20 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
         logger.info(f"GPT-2 from the course's {model_config.options.impl} in {source}")
         module.to(self.devices[0])
         return module
+
+    def compute_log_probabilities(self, session, model_inputs, model_outputs, next_tokens: Buffer,
+                                  batch_top_n: list[int], batch_echo: list[bool]) -> list[LogProbabilities | None]:
+        """The engine's hook, called after sampling when a request in the
+        batch asked for ``logprobs``. Computed here rather than by MAX's
+        ``LogProbabilitiesMixin`` for its precision (``log_probabilities``).
+        The sampler has applied penalties to these logits in place, as the
+        mixin would see them too."""
+        if any(batch_echo):  # serve/tokenizer.py refuses echo before it gets here
+            raise ValueError("echo needs every position's logits; this network returns each sequence's last only")
+        logits = model_outputs.next_token_logits
+        if not logits.device.is_host:
+            logits = logits.to(CPU())
+        return log_probabilities(logits.to_numpy(), next_tokens.to_numpy().reshape(-1), batch_top_n)
 
     def execute(self, model_inputs):
         outputs = super().execute(model_inputs)

@@ -20,6 +20,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 from checkpoints import demo_reference, learner_tree
 from conftest import run_python
@@ -46,7 +47,8 @@ class Server:
         self.log = log
         self.base = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ if env is None else env)  # not MAX's C-level PYTHONPATH (see conftest.run_python)
-        env["MAX_SERVE_METRICS_ENDPOINT_PORT"] = str(free_port())
+        self.metrics_port = free_port()
+        env["MAX_SERVE_METRICS_ENDPOINT_PORT"] = str(self.metrics_port)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "serve", "--model", MODEL, "--device", device, "--port", str(self.port),
              "--max-batch-size", "8", *flags],
@@ -163,12 +165,107 @@ def test_seeded_sampling_is_reproducible(client):
     assert a == b
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def test_logprobs_equal_hugging_face_log_softmax(client, reference, tokenizer):
+    """`logprobs: 5` on a prompt sent as token ids (HF's reference ids cut at
+    k): the greedy token's log-probability and the top 5 alternatives are
+    log_softmax of HF's logits at position k-1 (float32, within 1e-4). The
+    prompts go at once, so the scores of a ragged batch are checked too."""
+    ids = [int(t) for t in reference["ids"][0]]
+    cuts = (1, 3, 5, 8)
+    with ThreadPoolExecutor(len(cuts)) as pool:
+        outs = list(pool.map(lambda k: complete(client, ids[:k], 1, temperature=0, logprobs=5), cuts))
+    for k, out in zip(cuts, outs):
+        want = log_softmax(reference["logits"][0, k - 1])
+        top = [int(t) for t in np.argsort(want)[::-1][:5]]
+        lp = out.choices[0].logprobs
+        assert lp is not None, f"k={k}: logprobs came back null"
+        assert out.choices[0].text == tokenizer.decode([top[0]])
+        assert lp.token_logprobs[0] == pytest.approx(want[top[0]], abs=1e-4), k
+        # The API keys the alternatives by their text; ids that decode alike
+        # share a key (none do among these).
+        expected = {tokenizer.decode([t]): float(want[t]) for t in top}
+        got = lp.top_logprobs[0]
+        assert set(got) == set(expected), (k, got, expected)
+        for text, value in got.items():
+            assert value == pytest.approx(expected[text], abs=1e-4), (k, text)
+
+
+@pytest.fixture(scope="module")
+def app_model():
+    """The app's own GPT-2 on the demo (float32, CPU): every position's logits."""
+    from model.gpt2 import load_gpt2
+
+    return load_gpt2("demo", device="cpu", with_tokenizer=False)
+
+
+def penalized_greedy(app_model, prompt: list[int], n: int, frequency: float, presence: float) -> list[int]:
+    """OpenAI's definition, in numpy, over the app's logits: before each
+    token, logits[j] -= frequency * count(j) + presence * (count(j) > 0),
+    count(j) being how often j was *generated* so far (the prompt does not
+    count, as in MAX: its frequency/presence table is built from the
+    generated tokens, its repetition penalty's from prompt and generated)."""
+    generated: list[int] = []
+    for _ in range(n):
+        logits = app_model.forward_logits(np.array([prompt + generated]))[0, -1].astype(np.float64)
+        counts = np.bincount(generated, minlength=logits.shape[-1])[: logits.shape[-1]]
+        logits = logits - frequency * counts - presence * (counts > 0)
+        generated.append(int(np.argmax(logits)))
+    return generated
+
+
+@pytest.mark.parametrize("frequency, presence", [(0.8, 0.0), (0.0, 1.5), (0.5, 0.5)])
+def test_penalties_follow_the_openai_definition(server, app_model, reference, frequency, presence):
+    """Temperature 0 with penalties: the served tokens are the numpy
+    reference's greedy ones, which differ from plain greedy (so a server
+    ignoring the penalties fails)."""
+    prompt = [int(t) for t in reference["prompt"][0]]
+    n = 30
+    want = penalized_greedy(app_model, prompt, n, frequency, presence)
+    assert want != penalized_greedy(app_model, prompt, n, 0.0, 0.0), "these penalties change nothing here"
+    status, out = post(server, json.dumps({
+        "model": MODEL, "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True,
+        "frequency_penalty": frequency, "presence_penalty": presence, "return_token_ids": True}))
+    assert status == 200, out
+    assert out["choices"][0]["token_ids"] == want
+
+
+def completions_counted(server) -> float:
+    """maxserve.request_count for 200s on /v1/completions, from /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("maxserve_request_count") and 'path="/v1/completions"' in line and 'code="200"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_health_and_metrics(server, client):
+    """/health answers 200; /metrics (Prometheus, on 127.0.0.1 and its own
+    port, on by default) counts a completion once it is served."""
+    with urllib.request.urlopen(server.base + "/health", timeout=10) as r:
+        assert r.status == 200
+    before = completions_counted(server)
+    complete(client, "And", 2, temperature=0)
+    deadline = time.monotonic() + 15  # the engine records metrics in a process of its own
+    while completions_counted(server) < before + 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert completions_counted(server) >= before + 1
+
+
 # Refusals this project's tokenizer (serve/tokenizer.py) names in the reply.
 NAMED = [
     ({"model": MODEL, "prompt": "", "max_tokens": 5}, "prompt is empty"),
     ({"model": MODEL, "prompt": "Hello", "max_tokens": 0}, "max_tokens must be at least 1"),
     ({"model": MODEL, "prompt": "Hello " * 200, "max_tokens": 100}, "exceeds this model's context length of 256"),
     ("{not json", "json"),
+    ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "echo": True, "logprobs": 1}, "echo"),
 ]
 # Refusals the engine makes before any model code runs: it answers 400 with
 # only "Value error." (MAX 26.7 hides a ValueError's text from clients) and
@@ -178,6 +275,32 @@ LOGGED = [
     ({"model": "gpt-4", "prompt": "Hello", "max_tokens": 5}, "Unknown model 'gpt-4'"),
     ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "temperature": -1}, "temperature must be in [0.0, 2.0]"),
 ]
+
+
+def test_a_whitespace_prompt_is_served(server, tokenizer):
+    """" " is GPT-2's token 220: a prompt, not an empty one."""
+    assert tokenizer(" ")["input_ids"] == [220]
+    for prompt in (" ", "\n\n", [220]):
+        status, out = post(server, json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0,
+                                               "return_token_ids": True, "ignore_eos": True}))
+        assert status == 200, (prompt, out)
+        assert len(out["choices"][0]["token_ids"]) == 4
+        assert out["usage"]["prompt_tokens"] == len(tokenizer(prompt)["input_ids"] if isinstance(prompt, str) else prompt)
+
+
+def test_fields_the_engine_drops_are_as_docs_say(server):
+    """MAX 26.7 accepts `n` and `logit_bias` and drops them before any project
+    code sees the request (docs/serving.md): pinned, so the docs' table is
+    revisited when an engine upgrade starts honouring them."""
+    body = {"model": MODEL, "prompt": "And it came to pass", "max_tokens": 5, "temperature": 0,
+            "return_token_ids": True}
+    status, plain = post(server, json.dumps(body))
+    assert status == 200, plain
+    first = plain["choices"][0]["token_ids"][0]
+    status, out = post(server, json.dumps({**body, "n": 2, "logit_bias": {str(first): -100}}))
+    assert status == 200, out
+    assert len(out["choices"]) == 1
+    assert out["choices"][0]["token_ids"] == plain["choices"][0]["token_ids"]
 
 
 @pytest.mark.parametrize("body, reason", NAMED + LOGGED)

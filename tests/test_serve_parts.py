@@ -206,3 +206,80 @@ def test_the_served_network_is_the_course_s_with_the_app_s_names(impl, learner):
         import sys
 
         assert sys.modules["steps.step_09"].__file__ == str(folder / "steps" / "step_09.py")
+
+
+def test_the_architecture_declares_penalties_and_in_flight_batching():
+    """serve/arch.py's required_arguments name real config fields: the
+    engine skips a name no config has without a word, so a renamed field
+    would quietly turn penalties or in-flight batching off. The command line
+    no longer carries them."""
+    from max.pipelines.lib import PipelineConfig
+    from max.pipelines.lib.config.model_config import MAXModelConfig
+    from max.pipelines.lib.pipeline_runtime_config import PipelineRuntimeConfig
+    from max.pipelines.sampling.sampling_config import SamplingConfig
+
+    from serve.arch import gpt2_arch
+
+    required = gpt2_arch.required_arguments
+    assert required == {"enable_penalties": True, "enable_in_flight_batching": True}
+    assert "enable_penalties" in SamplingConfig.model_fields
+    assert "enable_in_flight_batching" in PipelineRuntimeConfig.model_fields
+    for name in required:  # each has one receiver (none is also a model or top-level field)
+        assert name not in PipelineConfig.model_fields and name not in MAXModelConfig.model_fields
+    assert "--enable-in-flight-batching" not in command("--model", "demo", "--device", "cpu")
+
+
+@pytest.mark.filterwarnings("ignore:pythonjsonlogger.jsonlogger has been moved:DeprecationWarning")  # MAX's telemetry imports it
+def test_metrics_on_and_nothing_sent_outside(monkeypatch):
+    """The engine's environment: OTEL_SDK_DISABLED (MAX's egress switch that
+    keeps the local /metrics), not MAX_SERVE_DISABLE_TELEMETRY (which would
+    turn /metrics off too); --metrics-port reaches MAX's setting."""
+    monkeypatch.delenv("MAX_SERVE_DISABLE_TELEMETRY", raising=False)
+    monkeypatch.delenv("MAX_SERVE_METRICS_ENDPOINT_PORT", raising=False)
+
+    def env(*argv):
+        args = build_parser().parse_args(["--model", "demo", "--device", "cpu", *argv])
+        args.passthrough = []
+        return serve_command(args)[1]
+
+    plain = env()
+    assert plain["OTEL_SDK_DISABLED"] == "true"
+    assert "MAX_SERVE_DISABLE_TELEMETRY" not in plain
+    assert "MAX_SERVE_METRICS_ENDPOINT_PORT" not in plain
+    assert env("--metrics-port", "9101")["MAX_SERVE_METRICS_ENDPOINT_PORT"] == "9101"
+    # As MAX reads that environment: egress off (its exporters and start-up
+    # log check _telemetry_disabled), /metrics on (it checks the raw setting).
+    from max.serve.config import Settings
+    from max.serve.telemetry.common import _telemetry_disabled
+
+    for name in ("OTEL_SDK_DISABLED", "MAX_SERVE_DISABLE_TELEMETRY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OTEL_SDK_DISABLED", plain["OTEL_SDK_DISABLED"])
+    settings = Settings()
+    assert _telemetry_disabled(settings) and not settings.disable_telemetry
+
+
+def test_log_probabilities_are_hugging_face_s_log_softmax():
+    """serve/model.py's logprobs on HF's own logits for the demo: the
+    log-softmax to 1e-6 (MAX's kernel is off by up to 1.5e-3 here), the top
+    n in order, a sampled token outside them added, none where n is 0."""
+    from checkpoints import demo_reference
+
+    from serve.model import log_probabilities
+
+    logits = demo_reference()["logits"][0]  # [8, vocab] float32
+    x = logits.astype(np.float64)
+    want = x - x.max(-1, keepdims=True)
+    want -= np.log(np.exp(want).sum(-1, keepdims=True))
+    unlikely = want.argmin(-1)
+    got = log_probabilities(logits, unlikely, [5, 0, 3, 1, 7, 5, 5, 5])
+    assert got[1] is None
+    for row, (lp, n) in enumerate(zip(got, [5, 0, 3, 1, 7, 5, 5, 5])):
+        if lp is None:
+            continue
+        top = list(np.argsort(-want[row])[:n])
+        assert lp.sampled_token_ids == [int(unlikely[row])]
+        assert lp.token_log_probabilities[0] == pytest.approx(want[row, unlikely[row]], abs=1e-6)
+        (ranked,) = lp.top_log_probabilities
+        assert list(ranked) == [*map(int, top), int(unlikely[row])]
+        np.testing.assert_allclose(list(ranked.values()), want[row, [*top, unlikely[row]]], atol=1e-6)
