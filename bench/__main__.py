@@ -138,8 +138,10 @@ ROWS = [  # (label, key, sub-key, unit, higher is better)
     ("start to first token", "start_to_first_token_s", None, "s", False),
     ("peak memory (RSS)", "peak_rss_mb", None, "MB", False),
 ]
-# This project's precision -> llama.cpp's at the same weight format.
-SAME_PRECISION = {"float32": "f32", "q8_0": "q8_0", "q4_0": "q4_0"}
+# This project's precision -> llama.cpp's file at the same weight format, byte for byte:
+# our q4_0 (every matrix Q4_0) with llama-quantize --pure, our q4_0m (the head in Q6_K)
+# with llama-quantize's default Q4_0 (bench/llama_cpp.py).
+SAME_PRECISION = {"float32": "f32", "q8_0": "q8_0", "q4_0": "q4_0-pure", "q4_0m": "q4_0"}
 
 
 def value(result: dict | None, key: str, sub: str | None):
@@ -193,8 +195,8 @@ def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) ->
                      + f"; start to first token {r['start_to_first_token_s']:.1f} s)")
     columns = [(f"max {r['dtype']}", r) for r in ours] + [("hf float32", hf)]
     columns += [(f"llama.cpp {r['dtype']}", r) for r in llama]
-    ratios = [(f"vs hf {r['dtype'][:4]}", r, hf) for r in ours] if hf else []
-    ratios += [(f"vs l.cpp {r['dtype'][:4]}", r, by_precision[SAME_PRECISION[r["dtype"]]])
+    ratios = [(f"vs hf {r['dtype'][:5]}", r, hf) for r in ours] if hf else []
+    ratios += [(f"vs l.cpp {r['dtype'][:5]}", r, by_precision[SAME_PRECISION[r["dtype"]]])
                for r in ours if SAME_PRECISION.get(r["dtype"]) in by_precision]
     header = f"{'figure':<24}" + "".join(f"{name:>15}" for name, _ in columns)
     header += "".join(f"{name:>15}" for name, _, _ in ratios)
@@ -209,7 +211,7 @@ def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) ->
             row += f"{x:>14.2f}x" if x is not None else f"{'-':>15}"
         lines.append(row)
     lines.append("(ratios: how many times faster this project is; above 1 it wins. llama.cpp is compared at the "
-                 "same weight format: float32 with f32, q8_0 with q8_0, q4_0 with q4_0)" if llama else
+                 "same weight format: float32 with f32, q8_0 with q8_0, q4_0 with q4_0 --pure, q4_0m with its default q4_0)" if llama else
                  "(ratios: how many times faster this project is; above 1 it wins)")
     return "\n".join(lines)
 
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="gpt2", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"],
                    help="GPT-2 shape of the random checkpoint (default: gpt2, 124M)")
     p.add_argument("--dtypes", nargs="+", default=None, choices=[d for d in DTYPES if d != "auto"],
-                   help="this project's precisions to measure (default: float32 q8_0 q6_k q4_0 on the CPU; bfloat16 needs "
+                   help="this project's precisions to measure (default: float32 q8_0 q6_k q4_0 q4_0m on the CPU; bfloat16 needs "
                         "--device gpu)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu", "auto"])
     p.add_argument("--reps", type=int, default=3, help="repetitions per figure; medians are reported (default: 3)")

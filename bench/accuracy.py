@@ -51,7 +51,7 @@ def measure(name: str, dtype: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.accuracy", description=__doc__.split("\n\n")[0])
-    p.add_argument("--dtypes", nargs="+", default=["float32", "q4_0", "q6_k"])
+    p.add_argument("--dtypes", nargs="+", default=["float32", "q8_0", "q4_0", "q4_0m", "q6_k"])
     p.add_argument("--checkpoints", nargs="+", default=CHECKPOINTS, choices=CHECKPOINTS)
     p.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = p.parse_args(argv)

@@ -10,7 +10,7 @@ Built with ``-DGGML_NATIVE=ON`` (this CPU's instructions), as llama.cpp's own
 instructions build it.
 
 What it measures, on the bench's checkpoint: the model written as float32 GGUF
-by ``bench/gguf_export.py``, then ``llama-quantize`` to q8_0 and q4_0;
+by ``bench/gguf_export.py``, then ``llama-quantize`` to q8_0, q4_0 and q4_0 --pure;
 ``llama-bench -t <cores>`` for prefill 16 and 512 tokens, decode 128 tokens,
 and decode 128 tokens after 896 in the context (``-d 896``: tokens 896-1024
 of the window). Figures are converted to the bench's units (ms, tokens/s).
@@ -30,7 +30,10 @@ from model import caches
 
 VERSION = "0.3.36"  # llama-cpp-python; its vendor/llama.cpp is what is built
 TARGETS = ("llama-bench", "llama-quantize", "llama-completion", "llama-server")
-PRECISIONS = ("f32", "q8_0", "q4_0")
+# llama.cpp's files: f32, q8_0, q4_0 (llama-quantize's Q4_0 as it writes it by default: the
+# tied token embedding / head in Q6_K, the mixture this project calls q4_0m) and q4_0-pure
+# (--pure: every matrix Q4_0, the same bytes as this project's q4_0).
+PRECISIONS = ("f32", "q8_0", "q4_0", "q4_0-pure")
 
 
 def default_dir() -> Path:
@@ -71,7 +74,7 @@ def setup(dest: Path) -> Path:
 
 
 def gguf_files(bin_dir: Path, folder: Path) -> dict[str, Path]:
-    """The checkpoint as f32, q8_0 and q4_0 GGUF (made once, beside the checkpoint)."""
+    """The checkpoint as GGUF in every one of PRECISIONS (made once, beside the checkpoint)."""
     from bench.gguf_export import write_gguf
 
     out_dir = folder / "gguf"
@@ -82,7 +85,9 @@ def gguf_files(bin_dir: Path, folder: Path) -> dict[str, Path]:
         write_gguf(folder, files["f32"], gguf_py if gguf_py.is_dir() else None)
     for p in PRECISIONS[1:]:
         if not files[p].is_file():
-            _run([str(bin_dir / "llama-quantize"), str(files["f32"]), str(files[p]), p.upper()], quiet=True)
+            kind, _, pure = p.partition("-")
+            _run([str(bin_dir / "llama-quantize"), *(["--pure"] if pure else []), str(files["f32"]), str(files[p]),
+                  kind.upper()], quiet=True)
     return files
 
 

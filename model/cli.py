@@ -57,8 +57,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto: float32 on CPU, bfloat16 on GPU; bfloat16 is GPU-only; q6_k / q4_0: 6- or 4-bit "
                         "weights on the CPU, ~3x faster decoding, text close to but not equal to float32's; q8_0: 8-bit "
-                        "weights on this project's kernel, greedy text equal to float32's on trained models "
-                        "(default: auto)")
+                        "weights on this project's kernel, greedy text equal to float32's on trained models; "
+                        "q4_0m: q4_0 with the head in q6_k, as llama.cpp's Q4_0 files (default: auto)")
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="float32 on the CPU: custom = this project's Mojo kernel for few rows "
                         "(model/layers/few_rows.py: decoding ~1.2x faster than MAX's matmul); course = step 04's "

@@ -5,7 +5,7 @@
 bf16 matmuls. bfloat16 on the CPU is refused: MAX 26.7 fuses GPT-2's layer
 norm into a CPU kernel that fails to compile in bf16 (its epsilon must be
 float32), and CPUs without AVX512-BF16 ran bf16 matmuls 5x slower than fp32.
-``--dtype q8_0``, ``q6_k`` and ``q4_0`` are the CPU's reduced precisions
+``--dtype q8_0``, ``q6_k``, ``q4_0`` and ``q4_0m`` are the CPU's reduced precisions
 instead: 8-, 6- or 4-bit weights (GGUF Q8_0 / Q6_K / Q4_0, see
 model/quantize.py) with float32 activations, CPU only. Every precision runs
 right on every x86-64 CPU (AVX-512 or AVX2 only) and on Arm: the kernels
@@ -21,14 +21,16 @@ from dataclasses import dataclass
 from model.errors import DeviceError
 
 DEVICES = ("auto", "cpu", "gpu")
-QUANTIZED_DTYPES = ("q8_0", "q6_k", "q4_0")  # the encodings of model/quantize.py
+# The encodings of model/quantize.py; q4_0m is llama.cpp's Q4_0 mixture: a
+# Q4_0 body with the tied head in Q6_K (model/layers/__init__.py).
+QUANTIZED_DTYPES = ("q8_0", "q6_k", "q4_0", "q4_0m")
 DTYPES = ("auto", "float32", "bfloat16", *QUANTIZED_DTYPES)
 
 
 @dataclass(frozen=True)
 class Placement:
     kind: str  # "cpu" or "gpu"
-    dtype: str  # "float32", "bfloat16", "q8_0", "q6_k" or "q4_0" (quantized weights, float32 activations)
+    dtype: str  # "float32", "bfloat16", or one of QUANTIZED_DTYPES (quantized weights, float32 activations)
 
     def max_device(self):
         from max.driver import CPU, Accelerator
@@ -69,7 +71,7 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
         raise DeviceError("--device gpu: MAX sees no accelerator on this machine (use --device cpu or auto)")
     kind = "gpu" if device == "gpu" or (device == "auto" and accelerators > 0) else "cpu"
     if kind == "cpu" and dtype == "bfloat16":
-        raise DeviceError("--dtype bfloat16 runs on a GPU only; on the CPU use float32, q8_0, q6_k or q4_0 "
+        raise DeviceError("--dtype bfloat16 runs on a GPU only; on the CPU use float32, q8_0, q6_k, q4_0 or q4_0m "
                           "(MAX 26.7's CPU layer norm does not compile in bf16)")
     if kind == "gpu" and dtype in QUANTIZED_DTYPES:
         raise DeviceError(f"--dtype {dtype} runs on the CPU only (MAX 26.7's quantized matmuls and this project's Q8_0 kernel are CPU code); "

@@ -24,7 +24,7 @@ CACHES = ("in_place", "concat")  # the app's buffers written in place, or step 0
 @dataclass(frozen=True)
 class BuildOptions:
     """One GPT-2 build. ``impl``: whose blocks build the model. ``device`` /
-    ``dtype``: see model/device.py (q8_0 / q6_k / q4_0 quantize the Linear
+    ``dtype``: see model/device.py (q8_0 / q6_k / q4_0 / q4_0m quantize the Linear
     layers). ``linear``: for float32 on the CPU, ``custom`` runs the Linear
     layers on model/layers/few_rows.py's op (decoding ~1.2x faster), ``course``
     on step 04's nn.Linear (elsewhere it changes nothing). ``cache``:
@@ -56,7 +56,7 @@ class BuildOptions:
         """Whether the graph calls model/kernels' custom ops: Q8_0 and Q4_0
         always (their only kernels), float32 on the CPU with ``linear="custom"``."""
         p = self.placement
-        return p.dtype in ("q8_0", "q4_0") or (p.kind == "cpu" and p.dtype == "float32" and self.linear == "custom")
+        return p.dtype in ("q8_0", "q4_0", "q4_0m") or (p.kind == "cpu" and p.dtype == "float32" and self.linear == "custom")
 
     def graph_facts(self) -> dict:
         """What of these options shapes the compiled graph beyond the placement

@@ -40,6 +40,26 @@ def test_table_compares_llama_cpp_at_the_same_weight_format():
     assert prefill.split()[-1] == "0.50x"  # 15 / 30 ms
 
 
+def test_the_4_bit_pairing_is_byte_for_byte(tmp_path, monkeypatch):
+    # Issue 45: our all-Q4_0 model against llama-quantize --pure, our q4_0m (the head in Q6_K)
+    # against llama-quantize's default Q4_0 file, which keeps the tied head in Q6_K.
+    from bench import llama_cpp
+
+    ours = [{"dtype": d, "device": "cpu", "compile_s": 1.0, "start_to_first_token_s": 2.0, "prefill_ms": {"16": 10.0},
+             "decode_tok_s": {"1": tok_s}} for d, tok_s in (("q4_0", 300.0), ("q4_0m", 270.0))]
+    llama = [{"dtype": "q4_0", "prefill_ms": {"16": 10.0}, "decode_tok_s": {"1": 270.0}},
+             {"dtype": "q4_0-pure", "prefill_ms": {"16": 10.0}, "decode_tok_s": {"1": 200.0}}]
+    decode = next(line for line in table(ours, None, llama).splitlines() if line.startswith("decode, batch 1"))
+    assert decode.split()[-2:] == ["1.50x", "1.00x"]  # 300 / 200 (pure), 270 / 270 (mixture)
+    calls = []
+    monkeypatch.setattr(llama_cpp, "_run", lambda cmd, **kw: calls.append(cmd))
+    monkeypatch.setattr("bench.gguf_export.write_gguf", lambda *a: None)
+    llama_cpp.gguf_files(tmp_path, tmp_path)
+    quantize = {cmd[-2].split("model-")[-1]: cmd for cmd in calls}  # by the file each writes
+    assert "--pure" in quantize["q4_0-pure.gguf"] and quantize["q4_0-pure.gguf"][-1] == "Q4_0"
+    assert "--pure" not in quantize["q4_0.gguf"] and quantize["q4_0.gguf"][-1] == "Q4_0"
+
+
 def test_gguf_names_cover_every_weight():
     from bench.gguf_export import gguf_name
     from weights import expected_shapes
@@ -73,7 +93,7 @@ def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monk
     printed = capsys.readouterr().out
     assert "max float32" in printed and "max q4_0" in printed  # auto on a CPU: the CPU's precisions
     assert "not measured: q6_k: something broke" in printed
-    assert [r["dtype"] for r in json.loads(out.read_text())["ours"]] == ["float32", "q8_0", "q4_0"]
+    assert [r["dtype"] for r in json.loads(out.read_text())["ours"]] == ["float32", "q8_0", "q4_0", "q4_0m"]
 
 
 def test_rounds_are_merged_into_medians_and_each_round_s_ratio_is_printed(tmp_path, monkeypatch, capsys):

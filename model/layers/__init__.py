@@ -31,13 +31,28 @@ def linear_maker(options):
 
 def quantized_linear(encoding: str):
     """A ``linear(in_dim, out_dim, bias=True)`` maker for ``encoding`` (q8_0,
-    q4_0, q6_k): the quantized layer where the input width fits the format's
-    blocks, else a float32 ``nn.Linear`` (GGUF block formats need whole
-    blocks per row)."""
+    q4_0, q6_k, q4_0m): the quantized layer where the input width fits the
+    format's blocks, else a float32 ``nn.Linear`` (GGUF block formats need
+    whole blocks per row).
+
+    ``q4_0m`` is what ``llama-quantize ... Q4_0`` writes for GPT-2 without
+    ``--pure``: Q4_0 for the blocks, the tied token embedding / head in
+    Q6_K (Q8_0 where its width is not a multiple of Q6_K's 256, as
+    llama.cpp falls back). The head is the one Linear GPT-2 builds without a
+    bias (step 11's ``lm_head``; every block's has one)."""
     from max.experimental import nn
 
-    from model.quantize import BLOCK, ENCODINGS, Q8_0_WIDTH_MULTIPLE
+    from model.quantize import BLOCK, ENCODINGS, Q8_0_WIDTH_MULTIPLE, SUPER
 
+    if encoding == "q4_0m":
+        body, head_q6_k, head_q8_0 = quantized_linear("q4_0"), quantized_linear("q6_k"), quantized_linear("q8_0")
+
+        def mixture(in_dim: int, out_dim: int, bias: bool = True):
+            if bias:
+                return body(in_dim, out_dim, bias)
+            return (head_q6_k if in_dim % SUPER == 0 else head_q8_0)(in_dim, out_dim, bias)
+
+        return mixture
     if encoding == "q8_0":  # the kernel takes two blocks per step (one 512-bit register of codes)
         from model.layers.q8_0 import Q8_0Linear as make
 
