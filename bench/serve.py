@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests-per-client", type=int, default=2, metavar="K",
                    help="requests per concurrency level: K per client, at least 16 (default: 2)")
     p.add_argument("--serve-flag", action="append", default=[], metavar="FLAG",
-                   help="pass FLAG on to max serve (repeatable), e.g. --serve-flag=--enable-in-flight-batching")
+                   help="pass FLAG on to max serve (repeatable), e.g. --serve-flag=--enable-chunked-prefill")
     args = p.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",")]
 
