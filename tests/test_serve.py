@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from checkpoints import demo_reference, learner_tree
+from checkpoints import demo_reference, greedy, learner_tree
 from conftest import run_python
 
 from bench.serve import NotReady, free_port, group_alive, stop, wait_ready
@@ -159,10 +159,241 @@ def test_concurrent_requests_do_not_mix(client):
     assert together == alone
 
 
-def test_seeded_sampling_is_reproducible(client):
-    a = complete(client, "And it came to pass", 20, temperature=1.0, seed=7).choices[0].text
-    b = complete(client, "And it came to pass", 20, temperature=1.0, seed=7).choices[0].text
-    assert a == b
+def served_tokens(server, prompt, max_tokens: int, **fields) -> tuple[list[int], dict]:
+    """The completion's token ids (``return_token_ids``, MAX's extension) and
+    its choice; ``ignore_eos``: every test below asks for an exact length."""
+    status, out = post(server, json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
+                                           "return_token_ids": True, "ignore_eos": True, **fields}))
+    assert status == 200, out
+    return out["choices"][0]["token_ids"], out
+
+
+def app_greedy(app_model, prompts: list[list[int]], n: int) -> list[list[int]]:
+    """The app's greedy continuation (its KV-cached `step`, as tests/checkpoints.py's
+    `greedy`, which tests/test_demo.py holds to HF's) of prompts of one length."""
+    tokens, _ = greedy(app_model, np.array(prompts, dtype=np.int64), n)
+    return tokens.tolist()
+
+
+# Long sequences. The engine's KV cache is paged, 128 tokens a page (MAX
+# 26.7's KVCacheConfig.kv_cache_page_size default; the server's log prints
+# "page_size: 128 tokens"), and the tests above never pass 50 tokens: one
+# page. The demo's window is 256 tokens (n_positions), so the longest
+# sequence it allows, 256, is what these use (issue 44 asks for 300+: that
+# needs a checkpoint with a wider window; HF's own greedy reference covers 40
+# tokens, the app's, held to HF's by tests/test_demo.py, covers the rest).
+PAGE = 128
+# Genesis 1:1-10 (KJV, the demo's own kind of text): 237 tokens of prompt.
+GENESIS = (
+    "In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
+    "darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And God "
+    "said, Let there be light: and there was light. And God saw the light, that it was good: and God divided the "
+    "light from the darkness. And God called the light Day, and the darkness he called Night. And the evening and "
+    "the morning were the first day. And God said, Let there be a firmament in the midst of the waters, and let it "
+    "divide the waters from the waters. And God made the firmament, and divided the waters which were under the "
+    "firmament from the waters which were above the firmament: and it was so. And God called the firmament "
+    "Heaven. And the evening and the morning were the second day. And God said, Let the waters under the heaven "
+    "be gathered together unto one place, and let the dry land appear: and it was so. And God called the dry land "
+    "Earth; and the gathering together of the waters called he Seas: and God saw that it was good.")
+
+
+@pytest.fixture(scope="module")
+def genesis(tokenizer) -> list[int]:
+    ids = tokenizer(GENESIS)["input_ids"]
+    assert len(ids) >= 230
+    return ids
+
+
+@pytest.mark.parametrize("case", ["decode across pages", "prefill across pages"])
+def test_a_full_window_across_kv_pages_is_the_app_s_greedy(server, app_model, reference, genesis, case):
+    """256 tokens, two KV pages, at temperature 0: HF's 5-token prompt and
+    251 greedy tokens (decoding crosses the page boundary at position 128),
+    or 200 tokens of Genesis (the prefill fills one page and half of the next)
+    and 56 greedy tokens. The tokens are the app's greedy ones, and each
+    token's log-probability is the log-softmax of the app's logits at its
+    position (1e-4): a wrong position row past the first page, a page table
+    pointing at the wrong page, attention that misses or mis-masks the first
+    page once the second is in use change the logits even when the argmax
+    survives. The first 40 of the decode case are also HF's own greedy tokens."""
+    if case == "decode across pages":
+        prompt = [int(t) for t in reference["prompt"][0]]
+    else:
+        prompt = genesis[:200]
+    n = 256 - len(prompt)
+    want = app_greedy(app_model, [prompt], n)[0]
+    got, out = served_tokens(server, prompt, n, temperature=0, logprobs=1)
+    assert out["usage"]["prompt_tokens"] + out["usage"]["completion_tokens"] == 256 > PAGE
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    assert got == want, f"first difference at completion token {first} (position {len(prompt) + (first or 0)})"
+    if case == "decode across pages":
+        assert got[:40] == [int(t) for t in reference["greedy"][0]]
+    logits = app_model.forward_logits(np.array([prompt + want[:-1]]))[0, len(prompt) - 1:]
+    expected = log_softmax(logits)[np.arange(n), want]
+    served = np.array(out["choices"][0]["logprobs"]["token_logprobs"], dtype=np.float64)
+    assert served.shape == (n,)
+    worst = int(np.argmax(np.abs(served - expected)))
+    assert np.allclose(served, expected, atol=1e-4), (
+        f"token {worst} (position {len(prompt) + worst}): served {served[worst]:.6f}, app {expected[worst]:.6f}")
+
+
+def test_a_prefix_from_the_cache_gives_the_solo_result(server, app_model, genesis):
+    """Prefix caching is on (MAX 26.7's KVCacheConfig.enable_prefix_caching
+    defaults to True; the server's log prints "prefix_caching: True"), and
+    the engine reuses whole pages only: with a 256-token window a prompt can
+    share at most one full page (128 tokens) from the cache, since at least one
+    token of it must be computed. A 200-token prompt, served cold, then again
+    (its first page from the cache), then its first 190 tokens with another
+    ending: the second and third report 128 cached prompt tokens
+    (usage.prompt_tokens_details.cached_tokens), so their prefill starts at
+    position 128 over a page some other request wrote, and each gives exactly
+    the tokens of its cold, solo run and the app's greedy ones; a prompt one
+    token off (its first page differs) gets nothing from the cache. Catches
+    a cache hit that reads the wrong page or restarts positions at 0, and a
+    page reused for a prompt it does not match."""
+    a = genesis[30:230]  # no other test sends this first page
+    b = a[:190] + genesis[:10]
+    c = genesis[31:231]
+    n = 40
+    want_a, want_b, want_c = app_greedy(app_model, [a, b, c], n)
+    cold, out = served_tokens(server, a, n, temperature=0)
+    assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, out["usage"]
+    again, out = served_tokens(server, a, n, temperature=0)
+    assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == PAGE, out["usage"]
+    other, out = served_tokens(server, b, n, temperature=0)
+    assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == PAGE, out["usage"]
+    shifted, out = served_tokens(server, c, n, temperature=0)
+    assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, out["usage"]
+    assert cold == want_a
+    assert again == cold
+    assert other == want_b
+    assert shifted == want_c
+
+
+def test_sixteen_requests_at_once_are_batched(server, app_model, genesis):
+    """Batching is real: 16 requests of 48 tokens sent at once finish in well
+    under 16 times one request's time (measured here, the median of three
+    alone). The server has 8 slots (--max-batch-size 8), so they take two
+    rounds at best: ~2x, measured 2.3-2.5x on 2 busy cores; one after another
+    would be ~16x. Each is still exactly the app's greedy continuation of its
+    own prompt (4 lengths, so every step is a ragged batch)."""
+    n = 48
+    lengths = (3, 9, 17, 30)
+    prompts = [genesis[7 * i:7 * i + length] for length in lengths for i in range(4)]
+    want = [t for length in lengths for t in app_greedy(app_model, [p for p in prompts if len(p) == length], n)]
+
+    def timed(prompt):
+        start = time.perf_counter()
+        tokens, _ = served_tokens(server, prompt, n, temperature=0)
+        return tokens, time.perf_counter() - start
+
+    alone = []
+    for _ in range(3):
+        tokens, seconds = timed(prompts[5])
+        assert tokens == want[5]
+        alone.append(seconds)
+    one = sorted(alone)[1]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        together = list(pool.map(timed, prompts))
+    sixteen = time.perf_counter() - start
+    assert [t for t, _ in together] == want
+    assert sixteen < 6 * one, f"16 at once took {sixteen:.2f} s, one alone {one:.2f} s: {sixteen / one:.1f}x"
+
+
+def test_seeds_reproduce_and_differ(server):
+    """Temperature 1, 40 tokens: one seed gives one text (alone or batched
+    with other requests), another seed another, and neither is the greedy
+    text. A server that ignored temperature (or the seed, or mixed the
+    random streams of a batch) fails."""
+    prompt = "And it came to pass"
+    greedy_tokens, _ = served_tokens(server, prompt, 40, temperature=0)
+    seven, _ = served_tokens(server, prompt, 40, temperature=1.0, seed=7)
+    assert served_tokens(server, prompt, 40, temperature=1.0, seed=7)[0] == seven
+    with ThreadPoolExecutor(4) as pool:
+        batched = list(pool.map(lambda seed: served_tokens(server, prompt, 40, temperature=1.0, seed=seed)[0],
+                                (7, 8, 9, 7)))
+    assert batched[0] == batched[3] == seven
+    assert len({tuple(t) for t in (greedy_tokens, seven, batched[1], batched[2])}) == 4
+
+
+# `stop`: OpenAI's completions return the text up to the first stop string,
+# without it, and finish_reason "stop" (the app's generate cuts the same way).
+# MAX 26.7 fails this (docs/serving.md): it stops, says "stop", and returns
+# the text with the stop string in it, at times and the token after it
+# (max/serve/router/openai_routes.py trims chat completions only).
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_stop_cuts_the_text_before_the_stop_string(client, stream):
+    """Catches a stop string ignored (the text runs on to max_tokens), left
+    in the text, or followed by tokens generated after it."""
+    prompt = "And it came to pass"
+    whole = complete(client, prompt, 40, temperature=0)
+    assert whole.choices[0].finish_reason == "length"
+    text = whole.choices[0].text
+    assert 10 < text.find("Babylon") < text.find("came to the")  # the demo's greedy text
+    want = text[:text.find("Babylon")]
+    # Two strings: the one found first in the text wins, not the first listed.
+    if stream:
+        chunks = list(complete(client, prompt, 40, temperature=0, stop=["came to the", "Babylon"], stream=True))
+        got = "".join(c.choices[0].text for c in chunks)
+        reason = [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason][-1]
+    else:
+        out = complete(client, prompt, 40, temperature=0, stop=["came to the", "Babylon"])
+        got, reason = out.choices[0].text, out.choices[0].finish_reason
+    assert (got, reason) == (want, "stop")
+
+
+def test_top_k_1_and_a_tiny_top_p_are_greedy(server):
+    """At temperature 1, top_k=1 keeps only the most likely token and top_p=1e-6
+    only the first of the sorted ones (as the app's sampler, model/sampling.py,
+    defines both): both are the greedy tokens,
+    on three seeds, while plain temperature 1 on the same seed is not. A
+    server that ignored top_k or top_p fails."""
+    prompt = "And it came to pass"
+    want, _ = served_tokens(server, prompt, 40, temperature=0)
+    asks = [(seed, narrow) for seed in (1, 2, 3) for narrow in ({}, {"top_k": 1}, {"top_p": 1e-6})]
+    with ThreadPoolExecutor(len(asks)) as pool:  # at once, to save time
+        got = list(pool.map(lambda a: served_tokens(server, prompt, 40, temperature=1.0, seed=a[0], **a[1])[0], asks))
+    for (seed, narrow), tokens in zip(asks, got):
+        assert (tokens == want) == bool(narrow), (seed, narrow)
+
+
+def kept_by(logits: np.ndarray, token: int, top_k: int | None = None, top_p: float | None = None,
+            slack: float = 1e-4) -> bool:
+    """Whether the app's sampler (model/sampling.py, temperature 1) could draw
+    ``token`` from these logits with this top_k or top_p: fewer than k tokens
+    are more likely, or the tokens more likely hold less than top_p of the
+    probability. ``slack`` absorbs float32 differences between the server's
+    logits and the app's at a near-tie."""
+    x = logits.astype(np.float64)
+    if top_k is not None:
+        return int((x > x[token] + slack).sum()) < top_k
+    probs = np.exp(x - x.max())
+    probs /= probs.sum()
+    return float(probs[probs > probs[token] + slack].sum()) < top_p + slack
+
+
+@pytest.mark.parametrize("field, value", [("top_k", 3), ("top_p", 0.5)])
+def test_top_k_and_top_p_draw_only_what_the_app_s_sampler_could(server, app_model, reference, field, value):
+    """Sampling that truly narrows: the server and the app draw from different
+    random generators, so their samples are not compared token for token;
+    instead every token the server draws with top_k=3 (top_p=0.5) at
+    temperature 1 must be one the app's sampler keeps at that position (the
+    app's logits over the served prefix), on two seeds; and plain temperature
+    1 on the same seeds draws tokens outside that set (so the check has teeth),
+    while the narrowed draws are not all greedy ones (they do sample)."""
+    prompt = [int(t) for t in reference["prompt"][0]]
+    n = 40
+    for seed in (7, 8):
+        for narrowed in (True, False):
+            tokens, _ = served_tokens(server, prompt, n, temperature=1.0, seed=seed,
+                                      **({field: value} if narrowed else {}))
+            logits = app_model.forward_logits(np.array([prompt + tokens[:-1]]))[0, len(prompt) - 1:]
+            kept = [kept_by(logits[i], t, **{field: value}) for i, t in enumerate(tokens)]
+            if narrowed:
+                assert all(kept), (seed, [i for i, k in enumerate(kept) if not k])
+                assert any(t != int(np.argmax(logits[i])) for i, t in enumerate(tokens)), seed
+            else:
+                assert not all(kept), seed
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
