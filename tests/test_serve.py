@@ -321,6 +321,9 @@ def test_seeds_reproduce_and_differ(server):
 # MAX 26.7 fails this (docs/serving.md): it stops, says "stop", and returns
 # the text with the stop string in it, at times and the token after it
 # (max/serve/router/openai_routes.py trims chat completions only).
+@pytest.mark.xfail(strict=True, reason="MAX 26.7's completions route returns the stop string (and at times the "
+                   "token after it): max/serve/router/openai_routes.py cuts chat completions only; no project hook "
+                   "sees the text (docs/serving.md). strict: this fails loudly once the engine is fixed")
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_stop_cuts_the_text_before_the_stop_string(client, stream):
     """Catches a stop string ignored (the text runs on to max_tokens), left
