@@ -285,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         llama = []
         if args.llama_cpp:
             try:
-                llama = llama_cpp.measure(Path(args.llama_cpp), folder, args.reps, args.new_tokens)
+                llama = llama_cpp.measure(Path(args.llama_cpp), folder, args.reps, args.new_tokens,
+                                          precisions={SAME_PRECISION[d] for d in args.dtypes if d in SAME_PRECISION})
             except (OSError, RuntimeError, SystemExit, json.JSONDecodeError) as exc:
                 print(f"llama.cpp baseline failed ({exc}); skipped", file=sys.stderr)
         rounds.append((ours, llama))

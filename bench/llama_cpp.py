@@ -91,9 +91,10 @@ def gguf_files(bin_dir: Path, folder: Path) -> dict[str, Path]:
     return files
 
 
-def measure(bin_dir: Path, folder: Path, reps: int, new_tokens: int, threads: int | None = None) -> list[dict]:
-    """One result per precision, in the bench's keys."""
-    files = gguf_files(bin_dir, folder)
+def measure(bin_dir: Path, folder: Path, reps: int, new_tokens: int, threads: int | None = None,
+            precisions=PRECISIONS) -> list[dict]:
+    """One result per precision asked for (those the bench pairs with its own), in the bench's keys."""
+    files = {p: path for p, path in gguf_files(bin_dir, folder).items() if p in precisions}
     threads = threads or os.cpu_count() or 1
     base = [str(bin_dir / "llama-bench"), "-t", str(threads), "-r", str(reps), "-o", "json"]
     results = []

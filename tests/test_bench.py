@@ -111,7 +111,8 @@ def test_rounds_are_merged_into_medians_and_each_round_s_ratio_is_printed(tmp_pa
 
     theirs = iter([100.0, 100.0, 50.0])  # llama.cpp f32 decode in the same rounds
 
-    def fake_llama(bin_dir, folder, reps, new_tokens):
+    def fake_llama(bin_dir, folder, reps, new_tokens, precisions):
+        assert precisions == {"f32"}  # only the files paired with what is measured of ours
         return [{"dtype": "f32", "prefill_ms": {"16": 60.0}, "decode_tok_s": {"1": next(theirs)}}]
 
     monkeypatch.setattr(bench, "measure_ours_in_child", fake_child)
