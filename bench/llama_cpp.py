@@ -67,7 +67,13 @@ def setup(dest: Path) -> Path:
         _run([str(tools / "bin" / "pip"), "install", "-q", "cmake", "ninja"])
     env = dict(os.environ, PATH=f"{tools / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     build = src / "build"
+    # Without AMX: on an Intel Xeon with AMX in a Firecracker VM (2026-11-25), llama-bench
+    # built with it segfaulted on every quantized prompt (q8_0, q4_0: -p 16; decode ran), as
+    # ggml's AMX kernels ran where the VM does not grant the tile state. -march=native would
+    # turn AMX on; these flags keep everything else native.
+    no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
     _run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
+          f"-DCMAKE_C_FLAGS={no_amx}", f"-DCMAKE_CXX_FLAGS={no_amx}",
           "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_CURL=OFF"], env=env)
     _run(["cmake", "--build", str(build), "--target", *TARGETS, f"-j{os.cpu_count() or 1}"], env=env)
     return build / "bin"

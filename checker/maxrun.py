@@ -156,7 +156,7 @@ def compile_note(since: int = 0, threshold: float = 1.0) -> str | None:
     from tasks import task_command
 
     return (f"this run compiled {len(compiled)} of MAX's kernels ({total:.0f} s; the longest {key}, {longest:.0f} s); "
-            f"they are cached now. `{task_command('warm')}` compiles all of them once (~20 min on 2 cores)")
+            f"they are cached now. `{task_command('warm')}` compiles all of them once (~20-35 min on 2 cores)")
 
 
 # The small GPT-2 every model step is checked at (head_dim 12).
@@ -188,28 +188,37 @@ def check_same_parameters(ctx, class_name: str, hint: str, *args, config: dict =
     assert_parameters(make(ctx.learner), make(ctx.solution), hint)
 
 
-# Measured on 2 cores with MAX's caches empty (issue 43's run, 2026-11-24):
-# step 12's model check 125-128 s, `show 07` 233 s, a step's first check up to
-# ~2 min; warm, each takes seconds. What the notice below says.
-COLD = "the first run on this machine compiles MAX's kernels: up to ~2-4 min on 2 cores, seconds once cached"
+# Measured on 2 cores with MAX's caches empty (issue 43's runs, 2026-11-24 and
+# -25): step 12's model check 125-229 s, `show 02` 158 s, `show 07` 233 s,
+# step 07's checks 313 s while `warm` ran beside them; warm, each takes
+# seconds. What the notice below says.
+COLD = ("the first run on this machine compiles MAX's kernels: up to ~2-5 min on 2 cores (longer while "
+        "`warm` runs beside it), seconds once cached")
 
 
 @contextmanager
-def slow_notice(what: str, after: float = 5.0, out=None):
-    """Say once, ``after`` seconds into ``what``, that it is compiling and for
-    roughly how long (COLD): a warm run finishes first and prints nothing, so
-    the line is only seen when it is true, and before the long part of the wait."""
+def slow_notice(what: str, after: float = 5.0, every: float = 60.0, out=None):
+    """Say, ``after`` seconds into ``what``, that it is compiling and for
+    roughly how long (COLD), then every ``every`` seconds how long it has run:
+    a warm run finishes first and prints nothing, so the lines are only seen
+    when they are true, and a minutes-long compile is never silent."""
     import threading
+    import time
 
     out = out or sys.stdout
+    start = time.monotonic()
+    done = threading.Event()
 
     def say() -> None:
-        print(f"  ... {what} is still running after {after:.0f} s: {COLD}", file=out, flush=True)
+        if done.wait(after):
+            return
+        print(f"  ... still running after {after:.0f} s ({what}): {COLD}", file=out, flush=True)
+        while not done.wait(every):
+            print(f"  ... still compiling ({what}): {time.monotonic() - start:.0f} s so far", file=out, flush=True)
 
-    timer = threading.Timer(after, say)
-    timer.daemon = True
-    timer.start()
+    thread = threading.Thread(target=say, daemon=True)
+    thread.start()
     try:
         yield
     finally:
-        timer.cancel()
+        done.set()

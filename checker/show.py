@@ -245,6 +245,19 @@ def compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``show`` with MAX's on-the-fly compiles collected (as the checker does):
+    one note at the end when they cost time, none of MAX's own lines per kernel."""
+    since = len(maxrun.COMPILED)
+    maxrun.collect_compiles()
+    try:
+        return show(argv)
+    finally:
+        note = maxrun.compile_note(since)
+        if note:
+            print(f"  note: {note}")
+
+
+def show(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m checker.show", description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -75,7 +75,13 @@ class UsageError(Exception):
     pass
 
 
-def read_prompts(args) -> list[str]:
+def read_prompts(args, options: tuple[str, ...] = ()) -> list[str]:
+    # After `--`, argparse reads everything as a prompt: `generate -- --model demo "Hello"`
+    # would try the default model with the prompt "--model". Said at once, by name.
+    misread = [p for p in args.prompts if p.split("=")[0] in options]
+    if misread:
+        raise UsageError(f"{misread[0]!r} was read as a prompt (it came after `--`); pass options before the "
+                         f"prompt without `--`, e.g. {misread[0]} ... \"Hello\"")
     prompts = list(args.prompts) + list(args.prompt)
     if args.prompt_file is not None:
         try:
@@ -119,10 +125,11 @@ def unfinished_step(exc: BaseException) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     err = sys.stderr
     try:
-        prompts = read_prompts(args)
+        prompts = read_prompts(args, tuple(o for a in p._actions for o in a.option_strings))
         sampling = sampling_from(args)
     except UsageError as exc:
         print(f"error: {exc}", file=err)
@@ -133,6 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     from model.gpt2 import BuildOptions, load_gpt2
     from weights import WeightsError, open_checkpoint
 
+    if args.impl == "steps":
+        from model.course import unfinished_message, unfinished_steps
+
+        unfinished = unfinished_steps(*MODEL_STEPS)
+        if unfinished:  # all of them at once, before the model is even looked up
+            print(f"error: {unfinished_message(unfinished)}", file=err)
+            return EXIT_USAGE
     start = time.perf_counter()
     try:
         # Prompts are checked before the model is built: a usage error costs
@@ -142,13 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     except (WeightsError, ContextError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
-    if args.impl == "steps":
-        from model.course import unfinished_message, unfinished_steps
-
-        unfinished = unfinished_steps(*MODEL_STEPS)
-        if unfinished:  # all of them at once, before anything compiles
-            print(f"error: {unfinished_message(unfinished)}", file=err)
-            return EXIT_USAGE
     try:
         options = BuildOptions(impl=args.impl, device=args.device, dtype=args.dtype, linear=args.linear)
         gpt2 = load_gpt2(checkpoint, options)
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             note = {"context": f" (stopped: the context window of {gpt2.config.n_positions} tokens is full)",
                     "interrupted": " (interrupted)"}.get(r.stop_reason, "")
-            print(f"[{len(r.tokens)} new tokens | prefill {len(r.prompt_tokens)} tokens in "
+            print(f"[{len(r.tokens)} new tokens | prefill {len(r.prompt_tokens)} token{'s' * (len(r.prompt_tokens) != 1)} in "
                   f"{r.prefill_seconds * 1000:.1f} ms | decode {r.decode_tokens_per_second:.1f} tok/s | "
                   f"compile {gpt2.compile_seconds:.1f} s | stop: {r.stop_reason}]{note}", file=err)
     return EXIT_INTERRUPTED if interrupted else 0

@@ -32,6 +32,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -62,11 +63,15 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     config = checkpoint.config_as(config_class(options.impl))
     if options.attention_layer is not None and not 0 <= options.attention_layer < config.n_layer:
         raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
+    name = saved_graphs.graph_name(options, config)
+    if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
+        print("compiling the model graph (seconds when MAX's caches are warm; the first time on a machine "
+              "~1-2.5 min on 2 cores, 146-152 s measured for the demo; saved for later runs) ...", file=sys.stderr,
+              flush=True)
     tokenizer = checkpoint.tokenizer if with_tokenizer else None
     folder = checkpoint.folder
     state = load_state(folder, config, caches.float32_copies(folder))  # every shape verified before building
-    store = saved_graphs.store_for(saved_graphs.graph_name(options, config), placement.max_device(),
-                                   direct=placement.dtype != "bfloat16")
+    store = saved_graphs.store_for(name, placement.max_device(), direct=placement.dtype != "bfloat16")
     # The course's model is built to be traced, and to say which layers are
     # quantized; a saved graph driven directly needs neither (its facts say).
     specs = store.facts.get("quantized") if store.mef is not None else None

@@ -133,9 +133,6 @@ def compile_graph(graph, config, options: BuildOptions, weights: dict, store):
         kv = TensorType(placement.max_dtype(), ["batch", config.n_head, "past", config.head_dim], device=device)
         cache_types = [kv] * (2 * config.n_layer)
     start = time.perf_counter()
-    if not store.loaded:  # a minute of silence looks like a hang: say what is happening
-        print("compiling the model graph (seconds when MAX's caches are warm; the first time on a machine "
-              "~1-2.5 min on 2 cores, 146 s measured for the demo; saved for later runs) ...", file=sys.stderr, flush=True)
     try:
         compiled = graph.compile(ids_type, positions_type, *cache_types,
                                  weights=weights, auto_cast=placement.dtype == "bfloat16", name=store.name,

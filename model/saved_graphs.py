@@ -122,6 +122,13 @@ class SavedGraph:
         self.engine_model = session.init(read(mef), weights_registry={k: Buffer.from_dlpack(v) for k, v in weights.items()})
 
 
+def is_saved(name: str) -> bool:
+    """Whether ``name``'s graph is saved (and will be loaded, not compiled):
+    answered from the folder alone, before MAX is imported."""
+    folder = caches.folder("graphs") / name
+    return caches.enabled() and (folder / MANIFEST).is_file() and (folder / FACTS).is_file()
+
+
 def store_for(name: str, device, direct: bool = True) -> Store:
     """Load ``name``'s saved MEF if there is one, else save it when compiled.
 

@@ -27,7 +27,7 @@ Useful MAX calls
 
 Coming from PyTorch? docs/pytorch-to-max.md#parameters, docs/pytorch-to-max.md#new-tensors-dtype-and-device
 
-Check your work with ``pixi run s03``.
+Check your work with ``pixi run s03`` (without pixi: ``python3.13 tasks.py s03``).
 """
 
 from max.experimental import functional as F

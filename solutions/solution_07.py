@@ -42,7 +42,7 @@ Useful MAX calls
 
 Coming from PyTorch? docs/pytorch-to-max.md#axis-not-dim, docs/pytorch-to-max.md#masking-with--inf, docs/pytorch-to-max.md#linear-layers
 
-Check your work with ``pixi run s07``.
+Check your work with ``pixi run s07`` (without pixi: ``python3.13 tasks.py s07``).
 """
 
 import math

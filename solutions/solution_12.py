@@ -25,7 +25,7 @@ The math
     the numpy ``rng`` it is given (``rng.choice(n, p=p)``), so a fixed seed
     reproduces the same text.
 
-Check your work with ``pixi run s12``.
+Check your work with ``pixi run s12`` (without pixi: ``python3.13 tasks.py s12``).
 """
 
 from typing import Callable

@@ -27,7 +27,7 @@ Useful MAX calls
     ``F.softmax(t, axis=-1)``, ``t.mean(axis=-1)`` (keeps the axis, size 1),
     ``F.rsqrt(t)``; ``int(x.shape[-1])`` is a static width.
 
-Check your work with ``pixi run s14``.
+Check your work with ``pixi run s14`` (without pixi: ``python3.13 tasks.py s14``).
 """
 
 import math

@@ -26,7 +26,7 @@ The math
     divisible by ``n_head``. A config that breaks this (or has a size <= 0)
     must be refused when it is built, not three steps later as a shape error.
 
-Check your work with ``pixi run s01``.
+Check your work with ``pixi run s01`` (without pixi: ``python3.13 tasks.py s01``).
 """
 
 from dataclasses import dataclass

@@ -36,7 +36,7 @@ Useful MAX calls
 
 Coming from PyTorch? docs/pytorch-to-max.md#masking-with--inf, docs/pytorch-to-max.md#new-tensors-dtype-and-device
 
-Check your work with ``pixi run s02``.
+Check your work with ``pixi run s02`` (without pixi: ``python3.13 tasks.py s02``).
 """
 
 from max.driver import CPU, Device

@@ -37,7 +37,7 @@ Useful MAX calls
 
 Coming from PyTorch? docs/pytorch-to-max.md#linear-layers
 
-Check your work with ``pixi run s04``.
+Check your work with ``pixi run s04`` (without pixi: ``python3.13 tasks.py s04``).
 """
 
 import math

@@ -25,7 +25,7 @@ Useful MAX calls
 
 Coming from PyTorch? docs/pytorch-to-max.md#parameters, docs/pytorch-to-max.md#values-in-and-out
 
-Check your work with ``pixi run s05``.
+Check your work with ``pixi run s05`` (without pixi: ``python3.13 tasks.py s05``).
 """
 
 from max.experimental import functional as F

@@ -29,7 +29,7 @@ Useful MAX calls
 
 Coming from PyTorch? docs/pytorch-to-max.md#new-tensors-dtype-and-device
 
-Check your work with ``pixi run s06``.
+Check your work with ``pixi run s06`` (without pixi: ``python3.13 tasks.py s06``).
 """
 
 from max.dtype import DType

@@ -23,7 +23,7 @@ The math
     pre-LN  (GPT-2):  y = x + sublayer(norm(x))
     post-LN (2017):   y = norm(x + sublayer(x))
 
-Check your work with ``pixi run s08``.
+Check your work with ``pixi run s08`` (without pixi: ``python3.13 tasks.py s08``).
 """
 
 from typing import Callable

@@ -24,7 +24,7 @@ Built from your earlier steps
     that the app can build the same block with quantized layers, or with the
     attention of bonus step 15 that also keeps its probabilities.
 
-Check your work with ``pixi run s09``.
+Check your work with ``pixi run s09`` (without pixi: ``python3.13 tasks.py s09``).
 """
 
 from max.experimental import nn

@@ -26,7 +26,7 @@ Useful MAX calls
 
 Coming from PyTorch? docs/pytorch-to-max.md#loading-weights, docs/pytorch-to-max.md#building-lazily
 
-Check your work with ``pixi run s10``.
+Check your work with ``pixi run s10`` (without pixi: ``python3.13 tasks.py s10``).
 """
 
 from max.experimental import nn

@@ -29,7 +29,7 @@ Why
 
 Coming from PyTorch? docs/pytorch-to-max.md#linear-layers, docs/pytorch-to-max.md#eager-and-compiled
 
-Check your work with ``pixi run s11``.
+Check your work with ``pixi run s11`` (without pixi: ``python3.13 tasks.py s11``).
 """
 
 from max.experimental import functional as F

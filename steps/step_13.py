@@ -35,7 +35,7 @@ Shapes of the head split, for one sequence
     and back: (h, T, d_h) --transpose--> (T, h, d_h) --reshape--> (T, D).
     A reshape straight to (h, T, d_h) would mix positions into heads.
 
-Check your work with ``pixi run s13``.
+Check your work with ``pixi run s13`` (without pixi: ``python3.13 tasks.py s13``).
 """
 
 import numpy as np

@@ -35,7 +35,7 @@ How: reuse, do not repeat
 
 Coming from PyTorch? docs/pytorch-to-max.md#parameters
 
-Check your work with ``pixi run s15``.
+Check your work with ``pixi run s15`` (without pixi: ``python3.13 tasks.py s15``).
 """
 
 from max.experimental import nn

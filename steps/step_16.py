@@ -34,7 +34,7 @@ Useful MAX calls
 
 Coming from PyTorch? docs/pytorch-to-max.md#axis-not-dim, docs/pytorch-to-max.md#masking-with--inf
 
-Check your work with ``pixi run s16``.
+Check your work with ``pixi run s16`` (without pixi: ``python3.13 tasks.py s16``).
 """
 
 import math
