@@ -198,17 +198,19 @@ def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) ->
     ratios = [(f"vs hf {r['dtype'][:5]}", r, hf) for r in ours] if hf else []
     ratios += [(f"vs l.cpp {r['dtype'][:5]}", r, by_precision[SAME_PRECISION[r["dtype"]]])
                for r in ours if SAME_PRECISION.get(r["dtype"]) in by_precision]
-    header = f"{'figure':<24}" + "".join(f"{name:>15}" for name, _ in columns)
-    header += "".join(f"{name:>15}" for name, _, _ in ratios)
+    # Each column as wide as its name needs ("llama.cpp q4_0-pure"), at least 15.
+    width = {name: max(15, len(name) + 1) for name, *_ in [*columns, *ratios]}
+    header = f"{'figure':<24}" + "".join(f"{name:>{width[name]}}" for name, _ in columns)
+    header += "".join(f"{name:>{width[name]}}" for name, _, _ in ratios)
     lines += ["", header, "-" * len(header)]
     for label, key, sub, unit, higher in ROWS:
         row = f"{label + ' (' + unit + ')':<24}"
-        for _, r in columns:
+        for name, r in columns:
             v = value(r, key, sub)
-            row += f"{v:>15.1f}" if v is not None else f"{'-':>15}"
-        for _, r, other in ratios:
+            row += f"{v:>{width[name]}.1f}" if v is not None else f"{'-':>{width[name]}}"
+        for name, r, other in ratios:
             x = ratio(r, other, key, sub, higher)
-            row += f"{x:>14.2f}x" if x is not None else f"{'-':>15}"
+            row += f"{x:>{width[name] - 1}.2f}x" if x is not None else f"{'-':>{width[name]}}"
         lines.append(row)
     lines.append("(ratios: how many times faster this project is; above 1 it wins. llama.cpp is compared at the "
                  "same weight format: float32 with f32, q8_0 with q8_0, q4_0 with q4_0 --pure, q4_0m with its default q4_0)" if llama else
