@@ -577,9 +577,9 @@ def test_a_client_leaving_mid_stream_does_not_disturb_others(server, client):
     assert complete(client, "And it came to pass", 30, temperature=0).choices[0].text == want
 
 
-def tree_threads(root: int) -> list[tuple[int, int, str, int]]:
-    """(pid, tid, name, nice) of every thread of ``root`` and its descendants
-    (the launcher, max serve, its API and model worker processes)."""
+def process_tree(root: int) -> set[int]:
+    """``root`` and every process under it (the launcher, max serve, which
+    starts a session of its own, its API and model worker processes)."""
     parents = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -591,8 +591,13 @@ def tree_threads(root: int) -> list[tuple[int, int, str, int]]:
         more = {pid for pid, parent in parents.items() if parent in tree} - tree
         tree |= more
         grew = bool(more)
+    return tree
+
+
+def tree_threads(root: int) -> list[tuple[int, int, str, int]]:
+    """(pid, tid, name, nice) of every thread of ``root`` and its descendants."""
     found = []
-    for pid in sorted(tree):
+    for pid in sorted(process_tree(root)):
         try:
             for tid in os.listdir(f"/proc/{pid}/task"):
                 task = Path(f"/proc/{pid}/task/{tid}")

@@ -46,22 +46,18 @@ def server(tmp_path_factory):
 
 
 def tree_rss_mb(root: int) -> float:
-    """The resident memory of ``root`` and every process under it, in MB: the
-    launcher, `max serve` (which starts a session of its own), its API process,
-    the model worker and their helpers."""
-    parent, rss = {}, {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    """The resident memory of ``root`` and every process under it, in MB
+    (test_serve.process_tree: the launcher, max serve, its API process, the
+    model worker and their helpers)."""
+    from test_serve import process_tree
+
+    total = 0
+    for pid in process_tree(root):
         try:
-            stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            parent[int(pid)], rss[int(pid)] = int(stat[1]), int(stat[21]) * os.sysconf("SC_PAGE_SIZE")
+            total += int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[21]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, IndexError, ValueError):
-            continue
-    tree, grew = {root}, True
-    while grew:
-        more = {pid for pid, up in parent.items() if up in tree} - tree
-        tree |= more
-        grew = bool(more)
-    return sum(rss.get(pid, 0) for pid in tree) / 1e6
+            continue  # ended meanwhile
+    return total / 1e6
 
 
 def post(base: str, body: str, stream_first_chunk: bool = False) -> tuple[int, str]:
