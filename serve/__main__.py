@@ -10,7 +10,9 @@ registered through ``--custom-architectures``) and the flags this model needs.
 It serves ``/v1/completions`` (with streaming), ``/v1/models`` and
 ``/health``, and Prometheus metrics on ``/metrics`` at ``--metrics-port``
 (nothing is sent outside); GPT-2 has no chat template, so ``/v1/chat/completions`` is
-refused by the engine. Ctrl-C or SIGTERM stops it.
+refused by the engine. Ctrl-C or SIGTERM stops it gracefully: no new
+connections, the requests in flight finish (for up to ``--drain-timeout``
+seconds), then every process of the server ends.
 
 Anything after ``--`` goes to ``max serve`` unchanged (``max serve --help``).
 """
@@ -24,12 +26,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
 from model.options import IMPLS, LINEARS, BuildOptions
 
 ROOT = Path(__file__).resolve().parent.parent
+DRAIN_SECONDS = 30.0  # in-flight requests' time to finish after SIGTERM (MAX_SERVE_GRACEFUL_SHUTDOWN_TIMEOUT_S)
+LEFTOVER_SECONDS = 10.0  # after max serve exits: SIGTERM to what is left of its group, SIGKILL after this
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "more, the bias fused in; docs/serving.md), course on step 04's nn.Linear")
     p.add_argument("--impl", default="solutions", choices=IMPLS,
                    help="which code builds the model: the reference solutions, or your own steps/ files")
+    p.add_argument("--drain-timeout", type=float, default=DRAIN_SECONDS, metavar="SECONDS",
+                   help="on SIGTERM or Ctrl-C, how long the requests in flight may take to finish before they "
+                        f"are cut off (default {DRAIN_SECONDS:.0f}; MAX's own default is 5)")
     p.add_argument("--dry-run", action="store_true", help="print the max serve command and exit")
     return p
 
@@ -120,6 +128,9 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
                PYTHONPATH=os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])))
     if args.metrics_port is not None:  # a setting of MAX's server, read from the environment only
         env["MAX_SERVE_METRICS_ENDPOINT_PORT"] = str(args.metrics_port)
+    # uvicorn's timeout_graceful_shutdown (max/serve/api_server.py's
+    # fastapi_config), also read from the environment only; whole seconds.
+    env["MAX_SERVE_GRACEFUL_SHUTDOWN_TIMEOUT_S"] = str(max(0, round(args.drain_timeout)))
     return command, env
 
 
@@ -159,15 +170,45 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"serve: starting MAX's server for {args.model} on http://{args.host}:{args.port}/v1 "
           "(the first start compiles the graph: minutes on a small CPU; later starts reuse it)", flush=True)
-    # Own process group, so one signal stops the API server and its model worker.
+    # Its own session and process group: a terminal's Ctrl-C reaches this
+    # process only, which forwards it.
     process = subprocess.Popen(command, env=env, start_new_session=True)
 
     def forward(signum, _frame):
-        os.killpg(process.pid, signum)
+        # To `max serve`'s own process only, not its group. There uvicorn stops
+        # listening, lets the requests in flight finish (--drain-timeout), then
+        # MAX stops its model worker and metrics process itself. Sent to the
+        # whole group, the signal also reached the model worker, which died at
+        # once and took every request in flight with it (streams cut after their
+        # first chunk, no [DONE]; docs/serving.md, "Past one machine").
+        process.send_signal(signum)  # a no-op once it has exited
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    return process.wait()
+    code = process.wait()
+    end_group(process.pid)
+    return code
+
+
+def end_group(pgid: int, grace: float = LEFTOVER_SECONDS) -> None:
+    """What is left of ``max serve``'s process group once it has exited (a
+    worker it did not reap, if its teardown failed): SIGTERM, then SIGKILL
+    after ``grace`` seconds, so the launcher never leaves a process behind."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return  # nothing left (the usual case)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 if __name__ == "__main__":
