@@ -188,6 +188,10 @@ def haproxy_config(port: int, replicas: dict[str, int]) -> str:
     with no answer (a replica killed while working on it) is sent again, up to
     ``retries`` times, and ``option redispatch 1`` sends every retry to another
     replica. A completion has no side effect, so sending it again is safe.
+    ``option http-buffer-request``: HAProxy reads the whole request before
+    it sends it on, which a retry needs (without it one request in a run,
+    its body read after its headers had gone out, came back 502 "SH": not
+    retried; haproxy/haproxy#2751).
     Each answer names its replica in an X-Replica header; the frontend serves
     HAProxy's own statistics at /haproxy-stats (;csv: per-replica retries,
     redispatches, status)."""
@@ -207,6 +211,7 @@ defaults
     retries 3
     option redispatch 1
     retry-on conn-failure empty-response
+    option http-buffer-request
 
 frontend gpt2
     bind 127.0.0.1:{port}
