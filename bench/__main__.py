@@ -6,9 +6,11 @@ Figures: prefill time at 16 and 512 prompt tokens, decode tokens/s over 128
 new tokens at batch 1 and 8 and at a long context (tokens 896-1024 of the
 window, batch 1) (greedy, KV cache), time to first token (the 16-token
 prefill), compile time (this process: small when the graph was saved by an
-earlier run, see model/saved_graphs.py; cold with --cold-compile, in a fresh
-cache), start to first token (process start, imports, loading, compiling
-and the first 16-token prefill), peak memory. Each precision runs in its own
+earlier run, see model/saved_graphs.py), start to first token (process
+start, imports, loading, compiling and the first 16-token prefill), peak
+memory; with --cold-compile also each precision's first run with empty
+caches, as a new user has it: its compile, start to first token and peak
+memory. Each precision runs in its own
 process, so that its start to first token and peak memory are its own (with
 --rounds, taken from the rounds that loaded a saved graph: a compile is not
 a start). A
@@ -105,19 +107,27 @@ def measure_ours_in_child(folder: Path, dtype: str, device: str, reps: int, new_
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def cold_compile_seconds(folder: Path, dtype: str) -> float:
-    """Compile in a child process with an empty MAX cache (minutes)."""
+def cold_start(folder: Path, dtype: str) -> dict:
+    """A new user's first run, in a child process with empty caches (MAX's
+    and this project's: a fresh XDG_CACHE_HOME; minutes): its compile time,
+    its start to first token (process start to the first 16-token prefill's
+    logits) and its peak memory."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as empty:
-        code = ("from model.gpt2 import BuildOptions, load_gpt2; "
-                f"g = load_gpt2({str(folder)!r}, BuildOptions(device='cpu', dtype={dtype!r}), with_tokenizer=False); "
-                "print(g.compile_seconds)")
+        code = ("import time; start = time.perf_counter()\n"
+                "import json, resource, numpy as np\n"
+                "from model.gpt2 import BuildOptions, load_gpt2\n"
+                f"g = load_gpt2({str(folder)!r}, BuildOptions(device='cpu', dtype={dtype!r}), with_tokenizer=False)\n"
+                "g.step(np.arange(16)[None], g.empty_cache(1))\n"
+                "print(json.dumps({'cold_compile_s': g.compile_seconds, "
+                "'cold_start_to_first_token_s': time.perf_counter() - start, "
+                "'cold_peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent,
                               env=dict(os.environ, XDG_CACHE_HOME=empty, GPT2_MAX_SAVED_GRAPHS="0"))
         if done.returncode != 0:
             raise RuntimeError(done.stderr.strip().splitlines()[-1])
-        return float(done.stdout.strip().splitlines()[-1])
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def measure_hf(python: str, folder: Path, reps: int, new_tokens: int) -> dict:
@@ -191,8 +201,10 @@ def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) ->
     for r in ours:
         kernel = ", Linear on the few-rows kernel" if r.get("linear") == "custom" and r["dtype"] == "float32" else ""
         lines.append(f"this project, {r['dtype']} on {r['device']}{kernel} (compile {r['compile_s']:.1f} s"
-                     + (f", cold {r['cold_compile_s']:.1f} s" if "cold_compile_s" in r else "")
-                     + f"; start to first token {r['start_to_first_token_s']:.1f} s)")
+                     + f"; start to first token {r['start_to_first_token_s']:.1f} s)"
+                     + (f"; with empty caches: compile {r['cold_compile_s']:.1f} s, start to first token "
+                        f"{r['cold_start_to_first_token_s']:.1f} s, peak memory {r['cold_peak_rss_mb']:.0f} MB"
+                        if "cold_compile_s" in r else ""))
     columns = [(f"max {r['dtype']}", r) for r in ours] + [("hf float32", hf)]
     columns += [(f"llama.cpp {r['dtype']}", r) for r in llama]
     ratios = [(f"vs hf {r['dtype'][:5]}", r, hf) for r in ours] if hf else []
@@ -239,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure this project and llama.cpp N times, alternated, and report medians across the "
                         "rounds plus each round's ratio (this machine's speed drifts 20%% between minutes; "
                         "default: 1)")
-    p.add_argument("--cold-compile", action="store_true", help="also time a compile with an empty MAX cache")
+    p.add_argument("--cold-compile", action="store_true",
+                   help="also measure each precision's first run with empty caches (MAX's and this project's, as a "
+                        "new user has them): compile, start to first token, peak memory; minutes each")
     p.add_argument("--json", type=Path, default=Path("bench-results.json"), help="where to write the results")
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="float32 on the CPU: this project's few-rows Mojo kernel (custom, the app's default) "
@@ -278,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 result = measure_ours_in_child(folder, dtype, args.device, args.reps, args.new_tokens, args.linear)
                 if args.cold_compile and number == 0:
-                    result["cold_compile_s"] = cold_compile_seconds(folder, dtype)
+                    result.update(cold_start(folder, dtype))
             except RuntimeError as exc:  # one precision failing must not lose the others
                 print(f"failed: {exc}", file=sys.stderr)
                 failed.append(str(exc))  # "<dtype>: <its last error line>"

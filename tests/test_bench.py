@@ -381,3 +381,27 @@ def test_bandwidth_reads_with_numpy_and_with_a_compiled_max_graph(capsys):
                             "read bandwidth, a compiled MAX reduction, every core"}
     assert all(gbs > 0 for gbs in figures.values())
     assert f"({max(figures.values()):.1f} GB/s)" in out
+
+
+def test_cold_start_reports_a_first_runs_figures(tmp_path, monkeypatch):
+    # --cold-compile's child, run here with the caches warm (a cold one costs minutes): it must
+    # load, answer a first prompt and report its compile, start to first token and peak memory.
+    import subprocess
+
+    import bench.__main__ as bench_main
+
+    folder = write_checkpoint(tmp_path / "m", SIZES, seed=5)
+    seen = {}
+    real_run = subprocess.run
+
+    def warm_run(cmd, **kw):
+        seen["env"] = kw["env"]
+        kw["env"] = {k: v for k, v in kw["env"].items() if k != "XDG_CACHE_HOME"}
+        return real_run(cmd, **kw)
+
+    monkeypatch.setattr(bench_main.subprocess, "run", warm_run)
+    cold = bench_main.cold_start(folder, "float32")
+    assert seen["env"]["XDG_CACHE_HOME"] != bench_main.os.environ.get("XDG_CACHE_HOME")  # empty caches asked for
+    assert cold["cold_start_to_first_token_s"] >= cold["cold_compile_s"] >= 0 and cold["cold_peak_rss_mb"] > 100
+    ours = {"dtype": "float32", "device": "cpu", "compile_s": 1.0, "start_to_first_token_s": 2.0, **cold}
+    assert "with empty caches: compile" in table([ours], None)
