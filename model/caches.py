@@ -115,15 +115,17 @@ class SavedArrays:
         except (OSError, ValueError):  # not saved (or cut short: then it is made again)
             return None
 
-    def save(self, arrays: dict[str, np.ndarray]) -> None:
-        """Save ``arrays``; if the cache cannot be written, they are made again next time."""
+    def save(self, arrays) -> None:
+        """Save ``arrays`` ({name: array}, or (name, array) pairs, which may be
+        made one by one as they are written); if the cache cannot be written,
+        they are made again next time."""
         try:
             self.folder.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(dir=self.folder.parent))
         except OSError:
             return
         try:
-            for name, array in arrays.items():
+            for name, array in arrays.items() if hasattr(arrays, "items") else arrays:
                 np.save(staging / f"{name}.npy", array)
             if self.source is not None:
                 (staging / SOURCE).write_text(str(self.source))

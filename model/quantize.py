@@ -246,10 +246,15 @@ def quantize_state(specs: dict[str, list], state: dict[str, np.ndarray]) -> dict
     weight (``quantized_specs``) replaced by its arrays: blocks (rows padded
     to a multiple of 32) for q6_k, the same packed for MAX's kernel
     (``pack_q4_0``) for q4_0, codes and scales in tiles of 8 rows for q8_0."""
+    from weights.checkpoint import release_pages
+
     out = dict(state)
     for name, (encoding, _, band) in specs.items():
         weight = np.asarray(state[name + ".weight"], dtype=np.float32)
         out.update({f"{name}.{key}": array for key, array in quantized_arrays(encoding, weight, band).items()})
+        # The float32 matrix, replaced by its blocks, was read once from a
+        # mapped file (weights/checkpoint.py): its pages need not stay resident.
+        release_pages(weight)
     return out
 
 

@@ -193,3 +193,18 @@ def test_another_kernel_path_writes_the_same_demo_text(dtype, monkeypatch):
     (auto_logits, auto_tokens), (other_logits, other_tokens) = runs["auto"], runs[other]
     assert other_tokens == auto_tokens and 0 not in auto_tokens  # token 0 is "!"
     assert np.abs(other_logits - auto_logits).max() <= 1e-3 * np.abs(auto_logits).max()
+
+
+def test_quantizing_lets_go_of_the_float32_pages(tmp_path):
+    # Issue 45 (a first quantized run's peak memory): each matrix read from a mapped file
+    # is quantized, then its pages leave the process's resident memory.
+    from model.quantize import quantize_state
+    from test_weights import resident_pages
+
+    weight = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)
+    np.save(tmp_path / "w.npy", weight)
+    mapped = np.load(tmp_path / "w.npy", mmap_mode="c")
+    assert resident_pages(mapped) == 0
+    out = quantize_state({"h.0.mlp.c_fc": ["q8_0", ["weight", "scales"], None]}, {"h.0.mlp.c_fc.weight": mapped})
+    assert out["h.0.mlp.c_fc.weight"].dtype == np.int8 and resident_pages(mapped) == 0
+    np.testing.assert_array_equal(mapped, weight)  # still readable: the pages come back from the file

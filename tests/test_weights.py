@@ -392,3 +392,35 @@ def test_half_precision_files_load_as_float32(tmp_path, dtype):
             assert state[name].dtype == np.float32
             np.testing.assert_array_equal(state[name], want)
         assert state["lm_head.weight"] is state["transformer.wte.weight"]
+
+
+def test_first_load_makes_its_copies_one_at_a_time_and_maps_them(tmp_path):
+    """Issue 45 (peak memory of a first run: at gpt2-xl the copies are 6 GB):
+    on the first load each copy is made, written and let go before the next
+    is made, and what load_state returns is the saved files mapped, so none
+    of it is resident until read."""
+    import gc
+    import weakref
+
+    folder = write_checkpoint(tmp_path / "m", dict(SIZES, n_embd=256))
+    saved = SavedArrays(tmp_path / "copies" / checkpoint_key(folder))
+    alive = []
+    real_save = saved.save
+
+    def save(pairs):
+        def watched():
+            for name, array in pairs:
+                gc.collect()
+                alive.append(sum(ref() is not None for ref in made))
+                made.append(weakref.ref(array))
+                yield name, array
+                del array
+
+        made = []
+        real_save(watched())
+
+    saved.save = save
+    first = to_model_names(read_safetensors(folder / "model.safetensors"), read_config(folder), saved=saved)
+    assert len(alive) > 4 and max(alive) <= 1, alive  # at most the one being written when the next is made
+    name = "transformer.h.0.mlp.c_fc.weight"
+    assert isinstance(first[name], np.memmap) and resident_pages(first[name]) == 0

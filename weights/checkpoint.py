@@ -95,13 +95,21 @@ def to_model_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint
     if lm_head is not None and (lm_head.shape != wte.shape or not np.array_equal(lm_head, wte)):
         raise WeightsError(f"{source}: lm_head.weight differs from wte.weight; only GPT-2's tied head is supported")
     copied = [name for name, array in state.items() if not _is_float32(array)]
+
+    def fits(kept) -> bool:
+        return kept is not None and all(kept[n].shape == state[n].shape and kept[n].dtype == np.float32 for n in copied)
+
     kept = saved.load(copied) if saved is not None and copied else None
-    if kept is not None and all(kept[n].shape == state[n].shape and kept[n].dtype == np.float32 for n in copied):
+    if not fits(kept) and saved is not None and copied:
+        # Made one at a time, written, then mapped back: the copies never sit
+        # in memory all at once (at gpt2-xl they are 6 GB; mapped, a page is
+        # resident only while something reads it).
+        saved.save((name, _float32(state[name])) for name in copied)
+        kept = saved.load(copied)
+    if fits(kept):
         state.update(kept)  # the file's own views for the rest
-    else:
+    else:  # nothing kept (GPT2_MAX_SAVED_GRAPHS=0, or the cache cannot be written)
         state = {name: _float32(array) for name, array in state.items()}
-        if saved is not None and copied:
-            saved.save({name: state[name] for name in copied})
     # The tied head (step 11): lm_head.weight is the wte table itself, one
     # array under both names, as Hugging Face's tie_weights makes it.
     state["lm_head.weight"] = state["transformer.wte.weight"]
@@ -120,23 +128,23 @@ def _is_float32(array: np.ndarray) -> bool:
 def _float32(array: np.ndarray) -> np.ndarray:
     """``array`` as contiguous float32: the file's own memory when it already
     is; else a converted copy, after which the file's pages it came from are
-    let go (see _release)."""
+    let go (see release_pages)."""
     source = array
     if array.dtype == np.uint16:  # bfloat16 bits: the top half of a float32
         array = (array.astype(np.uint32) << 16).view(np.float32)
     array = np.ascontiguousarray(array, dtype=np.float32)
     if not np.shares_memory(array, source):
-        _release(source)
+        release_pages(source)
     return array
 
 
-def _release(view: np.ndarray) -> None:
+def release_pages(view: np.ndarray) -> None:
     """Drop the pages of a memory-mapped tensor from this process's resident
-    memory once it has been copied (transposed, converted): else the mapping
-    keeps them as long as any other tensor of the file is in use, and the
-    process holds those weights twice. Only pages wholly inside the tensor
-    are dropped; they were only read, so they come back from the file if
-    ever touched again."""
+    memory once it has been copied (transposed, converted, quantized): else
+    the mapping keeps them as long as any other tensor of the file is in use,
+    and the process holds those weights twice. Only pages wholly inside the
+    tensor are dropped; they were only read, so they come back from the file
+    if ever touched again. Anything not memory-mapped is left alone."""
     mapping = view  # views -> np.frombuffer's memoryview -> the mmap
     while mapping is not None and not isinstance(mapping, mmap.mmap):
         mapping = mapping.obj if isinstance(mapping, memoryview) else getattr(mapping, "base", None)
