@@ -91,6 +91,8 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
         seconds = statistics.median(decode() for _ in range(reps))
         out["decode_tok_s"][key] = batch * (new_tokens - 1) / seconds
     out["peak_rss_mb"] = peak_rss_mb()
+    out["weights_mb"] = gpt2.weight_bytes / 2**20
+    out["rss_per_weight_byte"] = out["peak_rss_mb"] / out["weights_mb"]
     return out
 
 
@@ -147,6 +149,8 @@ ROWS = [  # (label, key, sub-key, unit, higher is better)
     ("time to first token", "ttft_ms", None, "ms", False),
     ("start to first token", "start_to_first_token_s", None, "s", False),
     ("peak memory (RSS)", "peak_rss_mb", None, "MB", False),
+    ("weights", "weights_mb", None, "MB", False),
+    ("peak memory / weights", "rss_per_weight_byte", None, "x", False),
 ]
 # This project's precision -> llama.cpp's file at the same weight format, byte for byte:
 # our q4_0 (every matrix Q4_0) with llama-quantize --pure, our q4_0m (the head in Q6_K)
@@ -219,7 +223,8 @@ def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) ->
         row = f"{label + ' (' + unit + ')':<24}"
         for name, r in columns:
             v = value(r, key, sub)
-            row += f"{v:>{width[name]}.1f}" if v is not None else f"{'-':>{width[name]}}"
+            digits = 2 if unit == "x" else 1
+            row += f"{v:>{width[name]}.{digits}f}" if v is not None else f"{'-':>{width[name]}}"
         for name, r, other in ratios:
             x = ratio(r, other, key, sub, higher)
             row += f"{x:>{width[name] - 1}.2f}x" if x is not None else f"{'-':>{width[name]}}"

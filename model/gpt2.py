@@ -101,4 +101,5 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
         store.keep({"quantized_layers": quantized, "quantized": specs or {}})
     return GPT2(config, options, compiled, time.perf_counter() - start, tokenizer, str(folder),
                 quantized_layers=quantized, saved_graph=store.loaded,
-                eos_token_ids=checkpoint.eos_token_ids(with_tokenizer))
+                eos_token_ids=checkpoint.eos_token_ids(with_tokenizer),
+                weight_bytes=sum(a.nbytes for a in {id(a): a for a in weights.values()}.values()))

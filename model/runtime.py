@@ -33,6 +33,7 @@ class GPT2:
     quantized_layers: int = 0  # Linear layers (LM head included) that run quantized
     saved_graph: bool = False  # loaded from model/saved_graphs.py's MEF, not compiled
     eos_token_ids: tuple[int, ...] = ()  # the ids that end generation
+    weight_bytes: int = 0  # the arrays handed to the graph, each counted once (the tied head is wte)
 
     @property
     def placement(self) -> Placement:

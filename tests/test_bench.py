@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
+
 from bench.__main__ import measure_ours, table
+from solutions.solution_01 import GPT2Config
+from weights.checkpoint import expected_shapes
 from weights.synthetic import write_checkpoint
 
 # The same shape as tests/test_app.py's checkpoint: MAX's disk cache has its graph.
@@ -17,6 +22,9 @@ def test_measure_and_table(tmp_path):
     ours = measure_ours(folder, "float32", "cpu", reps=1, new_tokens=4, prefill=(16, 32), batches=(1, 2))
     assert set(ours["prefill_ms"]) == {"16", "32"} and set(ours["decode_tok_s"]) == {"1", "2"}
     assert ours["ttft_ms"] == ours["prefill_ms"]["16"] and ours["peak_rss_mb"] > 0
+    params = sum(np.prod(shape) for shape in expected_shapes(GPT2Config(**SIZES)).values())  # wte counted once: tied
+    assert ours["weights_mb"] == pytest.approx(4 * params / 2**20)  # float32: every parameter, 4 bytes
+    assert ours["rss_per_weight_byte"] == pytest.approx(ours["peak_rss_mb"] / ours["weights_mb"])
     ours["prefill_ms"]["512"], ours["decode_tok_s"]["8"] = 10.0, 400.0
     hf = {"prefill_ms": {"16": 20.0, "512": 20.0}, "decode_tok_s": {"1": ours["decode_tok_s"]["1"] / 2, "8": 100.0},
           "ttft_ms": 20.0, "peak_rss_mb": ours["peak_rss_mb"]}
