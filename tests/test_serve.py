@@ -625,11 +625,19 @@ def test_the_model_worker_lowers_max_s_background_threads_only(server, client):
 
 
 def test_sigterm_stops_it_cleanly(server):
-    """Last of the demo server's tests: SIGTERM to the server's group ends every process of it."""
+    """Last of the demo server's tests: SIGTERM ends every process of the
+    server, max serve's own session and its workers included (they are not in
+    the launcher's group: the whole tree is taken before the signal)."""
+    tree = process_tree(server.process.pid)
+    assert len(tree) > 2, "the launcher, max serve and its workers"
     start = time.monotonic()
     code = server.stop()
     assert code is not None and time.monotonic() - start < 60
     assert not server.alive_in_group(), "a server process outlived SIGTERM"
+    deadline = time.monotonic() + 30
+    while (left := [pid for pid in tree if Path(f"/proc/{pid}").exists()]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"processes of the server outlived SIGTERM: {left}"
 
 
 # `--impl steps`: the server built from a learner's finished steps/ (a folder
