@@ -32,7 +32,7 @@ def random_checkpoint(size: str) -> Path:
     return folder
 
 
-PER_PROCESS = ("compile_s", "load_s", "start_to_first_token_s", "peak_rss_mb")
+PER_PROCESS = ("compile_s", "load_s", "start_to_first_token_s", "peak_rss_mb", "rss_per_weight_byte")
 
 
 def merge_rounds(rounds: list[list[dict]], key: str = "dtype") -> list[dict]:

@@ -66,7 +66,7 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     name = saved_graphs.graph_name(options, config)
     if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
         print("compiling the model graph (seconds when MAX's caches are warm; the first time on a machine "
-              "~1.5-2.5 min on 2 cores, 87-152 s measured for the demo; saved for later runs) ...", file=sys.stderr,
+              "~1-2.5 min on 2 cores, 87-152 s measured for the demo; saved for later runs) ...", file=sys.stderr,
               flush=True)
     tokenizer = checkpoint.tokenizer if with_tokenizer else None
     folder = checkpoint.folder

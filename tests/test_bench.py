@@ -4,6 +4,7 @@ speed targets live in the benchmark, not in timed tests)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -407,9 +408,22 @@ def test_cold_start_reports_a_first_runs_figures(tmp_path, monkeypatch):
         kw["env"] = {k: v for k, v in kw["env"].items() if k != "XDG_CACHE_HOME"}
         return real_run(cmd, **kw)
 
+    monkeypatch.setenv("GPT2_MAX_SAVED_GRAPHS", "0")  # a user's setting must not reach the first run
     monkeypatch.setattr(bench_main.subprocess, "run", warm_run)
     cold = bench_main.cold_start(folder, "float32")
     assert seen["env"]["XDG_CACHE_HOME"] != bench_main.os.environ.get("XDG_CACHE_HOME")  # empty caches asked for
+    assert "GPT2_MAX_CACHE" not in seen["env"] and "GPT2_MAX_SAVED_GRAPHS" not in seen["env"]  # kept, as a first run
     assert cold["cold_start_to_first_token_s"] >= cold["cold_compile_s"] >= 0 and cold["cold_peak_rss_mb"] > 100
     ours = {"dtype": "float32", "device": "cpu", "compile_s": 1.0, "start_to_first_token_s": 2.0, **cold}
     assert "with empty caches: compile" in table([ours], None)
+
+
+def test_cold_start_failure_names_the_precision(monkeypatch):
+    import subprocess
+
+    import bench.__main__ as bench_main
+
+    monkeypatch.setattr(bench_main.subprocess, "run",
+                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, -9, stdout="", stderr=""))  # killed, silent
+    with pytest.raises(RuntimeError, match=r"q8_0 \(first run, exit -9\): no output"):
+        bench_main.cold_start(Path("/nowhere"), "q8_0")

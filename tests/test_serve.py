@@ -577,6 +577,14 @@ def test_a_client_leaving_mid_stream_does_not_disturb_others(server, client):
     assert complete(client, "And it came to pass", 30, temperature=0).choices[0].text == want
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def process_tree(root: int) -> set[int]:
     """``root`` and every process under it (the launcher, max serve, which
     starts a session of its own, its API and model worker processes)."""
@@ -635,7 +643,7 @@ def test_sigterm_stops_it_cleanly(server):
     assert code is not None and time.monotonic() - start < 60
     assert not server.alive_in_group(), "a server process outlived SIGTERM"
     deadline = time.monotonic() + 30
-    while (left := [pid for pid in tree if Path(f"/proc/{pid}").exists()]) and time.monotonic() < deadline:
+    while (left := [pid for pid in tree if alive(pid)]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"processes of the server outlived SIGTERM: {left}"
 

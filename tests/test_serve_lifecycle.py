@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_serve import MODEL, Server, process_tree  # the serve tests' own: python -m serve --model demo, a free port
+from test_serve import MODEL, Server, alive, process_tree  # the serve tests' own: python -m serve --model demo, a free port
 
 from bench.serve import free_port
 
@@ -39,20 +39,20 @@ STREAM_TOKENS = 192  # long enough that the drain outlasts the first refused con
 GONE_WITHIN = 30.0  # seconds from SIGTERM until no process of the server is left
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def group_empty(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
         return not any(alive(pid) for pid in pids_of_group(pgid))
     except ProcessLookupError:
         return True
+
+
+def group_of(pid: int) -> int | None:
+    """``pid``'s process group, or None once it has ended (listing and asking race)."""
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def pids_of_group(pgid: int) -> list[int]:
@@ -121,7 +121,7 @@ def test_sigterm_under_load_drains_the_requests_in_flight(tmp_path):
             for event in firsts:
                 assert event.wait(120), "a stream got no first chunk"
             tree = process_tree(server.process.pid)
-            groups = {os.getpgid(pid) for pid in tree if alive(pid)} - {server.process.pid}
+            groups = {group_of(pid) for pid in tree if alive(pid)} - {server.process.pid, None}
             start = time.monotonic()
             server.process.send_signal(signal.SIGTERM)
 

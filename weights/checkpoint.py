@@ -56,7 +56,8 @@ def load_state(folder: Path, config, saved=None) -> dict[str, np.ndarray]:
     ``saved``: where to keep the arrays that are not the file's own bytes
     (the transposed Conv1D matrices; float16 / bfloat16 tensors converted)
     between runs: anything with ``load(names) -> {name: array} or None`` and
-    ``save({name: array})`` (the app hands model/caches.py's ``SavedArrays``).
+    ``save(pairs)``, (name, array) pairs made one at a time as it writes them
+    (the app hands model/caches.py's ``SavedArrays``).
     Later loads map them instead of making them again. Why: transposing GPT-2
     124M's four matrices per layer (340 MB) was 0.4-0.9 s of a 1.5-1.9 s start."""
     folder = Path(folder)
@@ -144,7 +145,9 @@ def release_pages(view: np.ndarray) -> None:
     the mapping keeps them as long as any other tensor of the file is in use,
     and the process holds those weights twice. Only pages wholly inside the
     tensor are dropped; they were only read, so they come back from the file
-    if ever touched again. Anything not memory-mapped is left alone."""
+    if ever touched again. Never on an array that may have been written (a
+    copy-on-write page would lose the write). Anything not memory-mapped is
+    left alone."""
     mapping = view  # views -> np.frombuffer's memoryview -> the mmap
     while mapping is not None and not isinstance(mapping, mmap.mmap):
         mapping = mapping.obj if isinstance(mapping, memoryview) else getattr(mapping, "base", None)
