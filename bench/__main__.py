@@ -111,7 +111,7 @@ def measure_ours_in_child(folder: Path, dtype: str, device: str, reps: int, new_
 
 def cold_start(folder: Path, dtype: str, device: str = "cpu", linear: str = "custom") -> dict:
     """A new user's first run, in a child process with empty caches (MAX's
-    and this project's: a fresh XDG_CACHE_HOME, no GPT2_MAX_CACHE; minutes),
+    and this project's: a fresh XDG_CACHE_HOME, its own folder variable unset; minutes),
     which makes and keeps what a first run does: its compile time, its start
     to first token (process start to the first 16-token prefill's logits)
     and its peak memory."""
@@ -127,7 +127,9 @@ def cold_start(folder: Path, dtype: str, device: str = "cpu", linear: str = "cus
                 "g.step(np.arange(16)[None], g.empty_cache(1))\n"
                 "print(json.dumps({'cold_compile_s': g.compile_seconds, "
                 "'cold_start_to_first_token_s': time.perf_counter() - start, 'cold_peak_rss_mb': peak_rss_mb()}))")
-        env = {k: v for k, v in os.environ.items() if k not in ("GPT2_MAX_CACHE", "GPT2_MAX_SAVED_GRAPHS")}
+        from model import caches
+
+        env = {k: v for k, v in os.environ.items() if k not in (caches.CACHE, caches.SAVED_GRAPHS)}
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent,
                               env=dict(env, XDG_CACHE_HOME=empty))
         lines = done.stdout.strip().splitlines()

@@ -30,12 +30,13 @@ from pathlib import Path
 import numpy as np
 
 SAVED_GRAPHS = "GPT2_MAX_SAVED_GRAPHS"  # "0": keep nothing between runs
+CACHE = "GPT2_MAX_CACHE"  # the folder, when not the default
 
 
 def root() -> Path:
     """This project's cache folder."""
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpt2-on-max"
-    return Path(os.environ.get("GPT2_MAX_CACHE", default))
+    return Path(os.environ.get(CACHE, default))
 
 
 def enabled() -> bool:
