@@ -141,7 +141,7 @@ def store_for(name: str, device, direct: bool = True) -> Store:
     from max.engine import InferenceSession
 
     folder = caches.folder("graphs") / name
-    if (folder / MANIFEST).is_file() and (folder / FACTS).is_file():
+    if is_saved(name):
         facts = json.loads((folder / FACTS).read_text())
         if not direct:
             return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), facts=facts)
