@@ -6,7 +6,10 @@
     python -m serve --model demo --impl steps  # serve the model built from your steps/
 
 This runs ``max serve`` with this project's GPT-2 architecture (serve/arch.py,
-registered through ``--custom-architectures``) and the flags this model needs.
+registered through ``--custom-architectures``), the flags this model needs, and
+the project's checks in front of the completions route (serve/engine.py,
+serve/checks.py: fields the engine would ignore are refused by name, ``stop``
+cuts the text before the stop string, ``seed: 0`` is a seed).
 It serves ``/v1/completions`` (with streaming), ``/v1/models`` and
 ``/health``, and Prometheus metrics on ``/metrics`` at ``--metrics-port``
 (nothing is sent outside); GPT-2 has no chat template, so ``/v1/chat/completions`` is
@@ -22,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -86,11 +88,10 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     # float32 on the CPU, bfloat16 on a GPU, the --impl and --linear asked for.
     options = BuildOptions(impl=args.impl, device=device, dtype="bfloat16" if device == "gpu" else "float32",
                            linear=args.linear)
-    max_bin = shutil.which("max", path=str(Path(sys.executable).parent)) or shutil.which("max")
-    if max_bin is None:
-        raise SystemExit("serve: no `max` command; install the project (pip install -e .) to get MAX's CLI")
     command = [
-        max_bin, "serve",
+        # `max serve` with the project's request checks in front of its
+        # routes (serve/engine.py); the same flags.
+        sys.executable, "-m", "serve.engine",
         "--model-path", str(folder),
         # Clients name the model as the user did: "demo", "gpt2", a folder.
         "--served-model-name", args.model,

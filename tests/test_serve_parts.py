@@ -3,7 +3,9 @@ positions, the weights in the engine's dtype, and the launcher's command line.""
 
 from __future__ import annotations
 
+import inspect
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -64,15 +66,39 @@ def command(*argv: str) -> list[str]:
 
 def test_the_command_line_declares_what_gpt2_needs():
     cmd = command("--model", "demo", "--device", "cpu")
-    flags = {cmd[i]: cmd[i + 1] for i in range(2, len(cmd) - 1) if cmd[i].startswith("--")}
-    assert cmd[1] == "serve"
+    flags = {cmd[i]: cmd[i + 1] for i in range(3, len(cmd) - 1) if cmd[i].startswith("--")}
+    assert cmd[:3] == [sys.executable, "-m", "serve.engine"]  # max serve, with the checks in front
     assert flags["--custom-architectures"].endswith(":serve")
     assert flags["--served-model-name"] == "demo"
     assert flags["--quantization-encoding"] == "float32"
     assert flags["--max-length"] == str(json.loads((DEMO / "config.json").read_text())["n_positions"])
     assert flags["--weight-path"] == str(DEMO / "model.safetensors")
-    assert dict(zip(*[iter(command("--model", "demo", "--device", "gpu")[2:])] * 2)).get("--quantization-encoding") \
+    assert dict(zip(*[iter(command("--model", "demo", "--device", "gpu")[3:])] * 2)).get("--quantization-encoding") \
         == "bfloat16"
+
+
+def test_the_checks_seam_is_where_max_s_entry_builds_its_app():
+    """serve/engine.py hands MAX's entry its app wrapped in serve/checks.py's
+    CompletionChecks by rebinding the one name the entry calls. An engine
+    upgrade that moves it must fail here, not serve unchecked."""
+    from max._entrypoints import pipelines
+    from max._entrypoints.cli.serve import serve_api_and_model_worker as entry
+    from max.serve import api_server
+
+    from serve.checks import CompletionChecks
+    from serve.engine import with_checks
+
+    assert entry.fastapi_app is api_server.fastapi_app
+    assert "fastapi_app(" in inspect.getsource(entry.serve_api_server_and_model_worker)
+    assert "serve" in pipelines.main.commands
+
+    class Settings:
+        class pipeline_config:
+            class model:
+                served_model_name = "demo"
+
+    app = with_checks(lambda settings, serving: "MAX's app")(None, Settings)
+    assert isinstance(app, CompletionChecks) and (app.app, app.served) == ("MAX's app", "demo")
 
 
 def test_usage_errors_before_any_server(tmp_path, capsys):

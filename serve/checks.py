@@ -1,0 +1,297 @@
+"""What ``/v1/completions`` owes an OpenAI client and MAX 26.7's route does not
+do: checks in front of the route, and ``stop`` applied to what comes back.
+
+MAX's completions route (``openai_create_completion`` in
+max/serve/router/openai_routes.py) builds the engine's request from the body
+before any model code runs, and on the way it
+
+* drops ``n``, ``best_of``, ``logit_bias`` and ``suffix`` without a word;
+* reads ``seed: 0`` as "no seed" (``seed or randint(...)``);
+* answers a bad ``max_tokens``, ``temperature``, ``top_p``, ... or an unknown
+  model with 400 "Value error.", the reason only in the server's log (so does
+  its chat route, for a model without a chat template: GPT-2);
+* stops at a ``stop`` string but returns the text with it (and at times the
+  token after it), where OpenAI returns the text before it.
+
+``CompletionChecks`` is an ASGI middleware around MAX's app (serve/engine.py
+puts it there): it reads the request body, refuses what the engine would
+ignore or hide with a 400 naming the field, rewrites ``seed: 0`` into a seed
+of its own, and cuts each choice's text at the first stop string, streamed or
+not. Every other request and response passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from max.serve._error_envelope import openai_error_body
+
+PATH = "/v1/completions"
+CHAT_PATH = "/v1/chat/completions"
+NO_CHAT = ("GPT-2 has no chat template, so this server has no chat completions: send the text to continue "
+           "to /v1/completions")
+# The seed ``seed: 0`` is sent on as. MAX draws a missing seed from
+# [0, 2**63 - 1] and keys its sampler with seed + tokens in 64 bits, so this
+# one is outside the drawn range; client seeds are held to that range, so
+# none can equal it either.
+SEED_ZERO = 2**63
+SEED_LIMIT = 2**63 - 1
+# The request field each engine sampling setting comes from, for the
+# engine's own validation (SamplingParams) and its messages.
+SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                   "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
+                   "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens",
+                   "min_new_tokens": "min_tokens"}
+
+
+class Refused(Exception):
+    """A request this server answers with 400 and this message."""
+
+
+def check_request(body: Any, served: str) -> Any:
+    """The body to hand MAX's route, or Refused naming what is wrong.
+
+    ``served`` is the model name clients use (``--served-model-name``).
+    Bodies that are not a JSON object are left to the route's own errors."""
+    if not isinstance(body, dict):
+        return body
+    for field in ("n", "best_of"):
+        if body.get(field) not in (None, 1):
+            raise Refused(f"{field}={body[field]!r} is not supported by this server: it returns one completion per "
+                          "prompt; send the request again (with another seed) for another sample")
+    if body.get("logit_bias"):
+        raise Refused("logit_bias is not supported by this server (the engine would ignore it)")
+    if body.get("suffix"):
+        raise Refused("suffix is not supported: GPT-2 continues text, it does not fill in between a prompt and a suffix")
+    model = body.get("model")
+    if model and model != served:
+        raise Refused(f"model {model!r} is not served here; this server serves {served!r}")
+    seed = body.get("seed")
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_LIMIT:
+            raise Refused(f"seed must be an integer from 0 to {SEED_LIMIT}, was {seed!r}")
+        if seed == 0:
+            body = {**body, "seed": SEED_ZERO}
+    check_sampling(body)
+    return body
+
+
+def check_sampling(body: dict) -> None:
+    """The engine's own checks of the sampling settings (SamplingParams, the
+    ones its route runs), with their reasons passed on instead of hidden."""
+    from max.pipelines.context.sampling_params import (
+        SamplingParams,
+        SamplingParamsGenerationConfigDefaults,
+        SamplingParamsInput,
+    )
+
+    given = {name: body[field] for name, field in SAMPLING_FIELDS.items() if body.get(field) is not None}
+    try:
+        SamplingParams.from_input_and_generation_config(SamplingParamsInput(**given),
+                                                        SamplingParamsGenerationConfigDefaults())
+    except (ValueError, TypeError) as exc:
+        message = str(exc)
+        for name, field in SAMPLING_FIELDS.items():
+            message = message.replace(name, field) if name != field else message
+        raise Refused(message) from None
+
+
+def stop_strings(body: Any) -> list[str]:
+    stop = body.get("stop") if isinstance(body, dict) else None
+    if isinstance(stop, str):
+        stop = [stop]
+    return [s for s in stop or [] if isinstance(s, str) and s]
+
+
+def first_stop(text: str, stops: list[str], start: int = 0) -> int:
+    """Where the first of ``stops`` begins in ``text`` (from ``start``), or -1."""
+    found = [i for i in (text.find(s, start) for s in stops) if i >= 0]
+    return min(found, default=-1)
+
+
+def held_back(text: str, stops: list[str]) -> int:
+    """How many characters at the end of ``text`` could be the start of a
+    stop string: a stream must hold them until the next chunk decides."""
+    return max((n for s in stops for n in range(min(len(s) - 1, len(text)), 0, -1) if text.endswith(s[:n])),
+               default=0)
+
+
+def cut_logprobs(logprobs: dict | None, keep: int) -> dict | None:
+    """A choice's ``logprobs`` for the tokens whose text starts before
+    character ``keep`` of the text they were sent with."""
+    if not logprobs or not logprobs.get("tokens"):
+        return logprobs
+    starts, at = [], 0
+    for token in logprobs["tokens"]:
+        starts.append(at)
+        at += len(token)
+    n = sum(1 for s in starts if s < keep)
+    return {k: (v[:n] if isinstance(v, list) else v) for k, v in logprobs.items()}
+
+
+def cut_whole(response: dict, stops: list[str]) -> dict:
+    """A whole (not streamed) completion with each choice cut at its first stop string."""
+    for choice in response.get("choices", []):
+        text = choice.get("text") or ""
+        at = first_stop(text, stops)
+        if at >= 0:
+            choice["text"] = text[:at]
+            choice["logprobs"] = cut_logprobs(choice.get("logprobs"), at)
+            choice["finish_reason"] = "stop"
+    return response
+
+
+class StreamCut:
+    """Cuts one streamed completion (MAX streams one choice, index 0) at its
+    first stop string: text that may begin a stop string is held back until
+    the next chunk shows it does not; once a stop string is found, the text
+    before it goes out with ``finish_reason`` "stop" and later chunks of text
+    are dropped (the usage chunk and the final ``[DONE]`` still go out)."""
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = stops
+        self.pending = ""  # text received and not yet sent
+        self.stopped = False
+
+    def chunk(self, payload: dict) -> dict | None:
+        """The chunk to send for ``payload``, or None to send nothing."""
+        choices = payload.get("choices") or []
+        if not choices:
+            return payload  # the usage chunk
+        if self.stopped:
+            return None
+        choice = choices[0]
+        received = choice.get("text") or ""
+        offset = len(self.pending)  # where this chunk's text begins in pending
+        self.pending += received
+        at = first_stop(self.pending, self.stops)
+        if at >= 0:
+            self.stopped = True
+            out, self.pending = self.pending[:at], ""
+            choice["finish_reason"] = "stop"
+            # Only this chunk's tokens that begin before the stop string.
+            choice["logprobs"] = cut_logprobs(choice.get("logprobs"), at - offset)
+        elif choice.get("finish_reason"):
+            out, self.pending = self.pending, ""  # the last chunk: nothing more can follow
+        else:
+            keep = held_back(self.pending, self.stops)
+            out, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
+        choice["text"] = out
+        return payload
+
+
+async def refuse(send, message: str) -> None:
+    """A 400 in MAX's own error envelope (OpenAI's), naming why."""
+    body = json.dumps(openai_error_body(400, message)).encode()
+    await send({"type": "http.response.start", "status": 400,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class CompletionChecks:
+    """ASGI middleware: ``check_request`` before MAX's completions route, the
+    stop strings cut from what it returns. ``served``: the model's name."""
+
+    def __init__(self, app, served: str) -> None:
+        self.app = app
+        self.served = served
+
+    def __getattr__(self, name: str):
+        return getattr(self.app, name)  # app.state, app.routes, ... for whoever holds the app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in (PATH, CHAT_PATH):
+            return await self.app(scope, receive, send)
+        if scope["path"] == CHAT_PATH:  # MAX would answer "Value error."
+            return await refuse(send, NO_CHAT)
+        raw, messages = b"", []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break  # a disconnect: hand it on as it came
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            body = None  # MAX's own "Missing JSON."
+        stops: list[str] = []
+        if body is not None:
+            try:
+                checked = check_request(body, self.served)
+            except Refused as exc:
+                return await refuse(send, str(exc))
+            if checked is not body:
+                raw = json.dumps(checked).encode()
+                messages = [{"type": "http.request", "body": raw, "more_body": False}]
+            stops = stop_strings(checked)
+
+        replay = iter(messages)
+
+        async def receive_again():
+            return next(replay, None) or await receive()
+
+        if not stops:
+            return await self.app(scope, receive_again, send)
+        await self.app(scope, receive_again, StopCutter(send, stops))
+
+
+class StopCutter:
+    """The ``send`` of a response to a request with stop strings: a whole JSON
+    completion is cut once its body is complete (its length header fixed up);
+    a stream's ``data:`` events are cut one by one."""
+
+    def __init__(self, send, stops: list[str]) -> None:
+        self.send = send
+        self.stops = stops
+        self.start: dict | None = None
+        self.streaming = False
+        self.body = b""  # a whole response's body so far / a stream's unfinished event
+        self.stream = StreamCut(stops)
+
+    async def __call__(self, message: dict) -> None:
+        if message["type"] == "http.response.start":
+            headers = dict(message.get("headers", []))
+            self.streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
+            if self.streaming or message["status"] != 200:
+                await self.send(message)
+                self.stops = [] if message["status"] != 200 else self.stops
+            else:
+                self.start = message  # sent with the cut body
+            return
+        if message["type"] != "http.response.body" or not self.stops:
+            return await self.send(message)
+        self.body += message.get("body", b"")
+        more = message.get("more_body", False)
+        if self.streaming:
+            events, _, self.body = self.body.rpartition(b"\n\n")
+            out = b"".join(self.event(e) for e in events.split(b"\n\n")) if events else b""
+            if not more and self.body:
+                out, self.body = out + self.event(self.body), b""
+            return await self.send({"type": "http.response.body", "body": out, "more_body": more})
+        if more:
+            return
+        content = self.body
+        try:
+            content = json.dumps(cut_whole(json.loads(content), self.stops)).encode()
+        except ValueError:
+            pass
+        headers = [(k, str(len(content)).encode() if k == b"content-length" else v)
+                   for k, v in self.start.get("headers", [])]
+        await self.send({**self.start, "headers": headers})
+        await self.send({"type": "http.response.body", "body": content})
+
+    def event(self, event: bytes) -> bytes:
+        """One server-sent event as it goes out: its JSON payload cut, or
+        nothing where the stop string came before it."""
+        prefix = b"data: "
+        if not event.startswith(prefix) or event == b"data: [DONE]":
+            return event + b"\n\n"
+        try:
+            payload = self.stream.chunk(json.loads(event[len(prefix):]))
+        except ValueError:
+            return event + b"\n\n"
+        return b"" if payload is None else prefix + json.dumps(payload).encode() + b"\n\n"

@@ -1,0 +1,43 @@
+"""``max serve`` with this project's request checks in front of its routes.
+
+    python -m serve.engine --model-path DIR ... (max serve's own flags)
+
+This is what ``python -m serve`` starts, in place of the ``max serve``
+command: MAX's own command-line entry (its flags, its serving stack, its
+model worker, its shutdown), with one difference. The FastAPI app MAX builds
+is handed to the server wrapped in serve/checks.py's ``CompletionChecks``,
+which answers what MAX 26.7's completions route would ignore or hide
+(``n``, ``logit_bias``, ``seed: 0``, a bad ``temperature``, ``stop``, ...).
+No MAX code is changed: the wrapper is put where the entry builds its app
+(``serve_api_and_model_worker.fastapi_app``, the one name MAX's entry calls),
+and tests/test_serve_parts.py checks that this seam still exists.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from serve.checks import CompletionChecks
+
+
+def with_checks(make_app):
+    """MAX's ``fastapi_app(settings, serving_settings)``, its app wrapped in
+    the project's checks for the model name it serves."""
+
+    def make(settings, serving_settings):
+        served = serving_settings.pipeline_config.model.served_model_name
+        return CompletionChecks(make_app(settings, serving_settings), served)
+
+    return make
+
+
+def main(argv: list[str]) -> None:
+    from max._entrypoints import pipelines
+    from max._entrypoints.cli.serve import serve_api_and_model_worker as entry
+
+    entry.fastapi_app = with_checks(entry.fastapi_app)
+    pipelines.main(["serve", *argv], prog_name="max")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,193 @@
+"""serve/checks.py without a server: the checks in front of MAX's completions
+route, driven as the ASGI server drives them, around a stand-in for the route
+that records what it was sent and answers what it is told to."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("max.serve")
+from serve.checks import SEED_ZERO, CompletionChecks, held_back  # noqa: E402
+
+MODEL = "demo"
+
+
+class Route:
+    """A stand-in for MAX's app: records the body it receives, then sends
+    ``replies`` (ASGI messages) back."""
+
+    def __init__(self, replies: list[dict] | None = None) -> None:
+        self.replies = replies or whole({"choices": [{"index": 0, "text": "ok", "finish_reason": "length"}]})
+        self.got: dict | None = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        raw = b""
+        while True:
+            message = await receive()
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            self.got = json.loads(raw)
+        except ValueError:
+            self.got = raw  # what a client sent that is not JSON, as it came
+        for reply in self.replies:
+            await send(reply)
+
+
+def whole(payload: dict) -> list[dict]:
+    body = json.dumps(payload).encode()
+    return [{"type": "http.response.start", "status": 200,
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]},
+            {"type": "http.response.body", "body": body}]
+
+
+def streamed(texts: list[str], finish: str = "stop", usage: bool = True) -> list[dict]:
+    """MAX's stream as sse-starlette sends it: one event a message."""
+    events = [{"choices": [{"index": 0, "text": t, "logprobs": None,
+                            "finish_reason": finish if i == len(texts) - 1 else None}]} for i, t in enumerate(texts)]
+    if usage:
+        events.append({"choices": [], "usage": {"completion_tokens": len(texts)}})
+    frames = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+    return [{"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]},
+            *[{"type": "http.response.body", "body": f, "more_body": True} for f in frames],
+            {"type": "http.response.body", "body": b"", "more_body": False}]
+
+
+def call(body, route: Route, path="/v1/completions", chunks: int = 2) -> tuple[int, dict[bytes, bytes], bytes]:
+    """Sends ``body`` (split over ``chunks`` messages) through the checks."""
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    step = max(1, len(raw) // chunks)
+    parts = [raw[i:i + step] for i in range(0, len(raw), step)] or [b""]
+    incoming = [{"type": "http.request", "body": p, "more_body": i < len(parts) - 1} for i, p in enumerate(parts)]
+    sent: list[dict] = []
+
+    async def receive():
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": path}
+    asyncio.run(CompletionChecks(route, MODEL)(scope, receive, send))
+    start = sent[0]
+    return start["status"], dict(start.get("headers", [])), b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def error_of(body) -> str:
+    route = Route()
+    status, _, content = call(body, route)
+    assert status == 400, content
+    assert route.got is None, "a refused request must not reach the engine"
+    return json.loads(content)["error"]["message"]
+
+
+BASE = {"model": MODEL, "prompt": "And it came to pass", "max_tokens": 5}
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"n": 2}, "n=2"),
+    ({"best_of": 3}, "best_of=3"),
+    ({"logit_bias": {"50256": -100}}, "logit_bias"),
+    ({"suffix": " the end"}, "suffix"),
+    ({"model": "gpt-4"}, "'gpt-4' is not served here; this server serves 'demo'"),
+    ({"seed": -1}, "seed must be an integer from 0"),
+    ({"seed": 2**63}, "seed must be an integer from 0"),
+    ({"temperature": -1}, "temperature must be in [0.0, 2.0], was -1"),
+    ({"top_p": 1.5}, "top_p must be in [0.0, 1.0]"),
+    ({"max_tokens": -1}, "max_tokens must be a non-negative integer, was -1"),
+    ({"frequency_penalty": 3}, "frequency_penalty must be in [-2.0, 2.0]"),
+])
+def test_what_the_engine_would_ignore_or_hide_is_refused_by_name(extra, named):
+    assert named in error_of({**BASE, **extra})
+
+
+@pytest.mark.parametrize("extra", [{}, {"n": 1, "best_of": 1, "logit_bias": {}, "suffix": "", "seed": 5,
+                                        "temperature": 2, "top_p": 1, "max_tokens": 3}])
+def test_a_good_request_reaches_the_engine_unchanged(extra):
+    route = Route()
+    status, _, content = call({**BASE, **extra}, route)
+    assert status == 200 and json.loads(content)["choices"][0]["text"] == "ok"
+    assert route.got == {**BASE, **extra}
+
+
+def test_seed_zero_is_a_seed_of_its_own():
+    """MAX's route takes seed 0 as no seed (seed or randint(0, 2**63 - 1));
+    sent on as 2**63, outside both that range and what clients may send."""
+    route = Route()
+    call({**BASE, "seed": 0}, route)
+    assert route.got == {**BASE, "seed": SEED_ZERO}
+    assert SEED_ZERO > 2**63 - 1
+
+
+def test_chat_completions_are_refused_saying_why():
+    route = Route()
+    status, _, content = call({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}, route,
+                              path="/v1/chat/completions")
+    assert status == 400 and route.got is None
+    assert "no chat template" in json.loads(content)["error"]["message"]
+
+
+def test_other_paths_and_bodies_that_are_not_json_pass_through():
+    for path in ("/v1/models", "/v1/embeddings"):
+        route = Route()
+        status, _, _ = call({**BASE, "n": 5}, route, path=path)
+        assert status == 200 and route.got == {**BASE, "n": 5}
+    route = Route(whole({"error": "Missing JSON."}))
+    status, _, content = call(b"{not json", route)
+    assert route.got == b"{not json" and json.loads(content) == {"error": "Missing JSON."}
+
+
+def test_a_whole_completion_is_cut_before_the_first_stop_string():
+    """The string found first in the text wins, not the first listed; the
+    length header follows the new body; logprobs keep the tokens before it."""
+    text = "Babylon was great, and came to the end"
+    tokens = ["Bab", "ylon", " was", " great", ",", " and", " came", " to", " the", " end"]
+    logprobs = {"tokens": tokens, "token_logprobs": [-1.0] * 10, "top_logprobs": [{}] * 10,
+                "text_offset": [sum(map(len, tokens[:i])) for i in range(10)]}
+    route = Route(whole({"choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": "stop"},
+                                     {"index": 1, "text": "no stop here", "finish_reason": "length"}]}))
+    status, headers, content = call({**BASE, "stop": ["came to the", " great"]}, route)
+    out = json.loads(content)
+    assert int(headers[b"content-length"]) == len(content)
+    first, second = out["choices"]
+    assert (first["text"], first["finish_reason"]) == ("Babylon was", "stop")
+    assert first["logprobs"]["tokens"] == ["Bab", "ylon", " was"]
+    assert first["logprobs"]["text_offset"] == [0, 3, 7]
+    assert (second["text"], second["finish_reason"]) == ("no stop here", "length")
+
+
+@pytest.mark.parametrize("texts", [
+    ["And", " it", " came", " to", " Babylon", ".", " And"],  # the stop string in one chunk, a token after it
+    ["And it came to Bab", "ylon. And"],  # split across chunks
+    ["And it came to B", "a", "b", "ylon"],  # held back over several
+])
+def test_a_stream_is_cut_before_the_first_stop_string(texts):
+    status, _, content = call({**BASE, "stream": True, "stop": "Babylon"}, Route(streamed(texts)))
+    assert status == 200
+    events = [e[len(b"data: "):] for e in content.split(b"\n\n") if e]
+    assert events[-1] == b"[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[-1]["usage"] == {"completion_tokens": len(texts)}  # the usage chunk still goes out
+    choices = [c["choices"][0] for c in chunks if c["choices"]]
+    assert "".join(c["text"] for c in choices) == "And it came to "
+    assert [c["finish_reason"] for c in choices if c["finish_reason"]] == ["stop"]
+
+
+def test_a_stream_without_its_stop_string_is_whole():
+    """Text held back as a possible stop string's start goes out after all."""
+    texts = ["And it came to B", "ab", "el"]
+    _, _, content = call({**BASE, "stream": True, "stop": ["Babylon"]}, Route(streamed(texts, "length")))
+    choices = [json.loads(e[6:])["choices"] for e in content.split(b"\n\n") if e and e != b"data: [DONE]"]
+    assert "".join(c[0]["text"] for c in choices if c) == "And it came to Babel"
+    assert [c[0]["finish_reason"] for c in choices if c and c[0]["finish_reason"]] == ["length"]
+
+
+def test_held_back_is_the_longest_end_that_starts_a_stop_string():
+    assert held_back("came to B", ["Babylon"]) == 1
+    assert held_back("came to Baby", ["Babylon", "y"]) == 4
+    assert held_back("came to", ["Babylon"]) == 0
+    assert held_back("x", ["xyz", "xy"]) == 1
