@@ -144,8 +144,10 @@ def group_alive(process: subprocess.Popen) -> bool:
 
 
 def stop(process: subprocess.Popen) -> int | None:
-    """SIGTERM to the server's whole group (an API process and its model
-    worker), SIGKILL for what is left after a grace period; its exit code."""
+    """SIGTERM to the group the bench started (llama-server; or `python -m
+    serve`'s launcher, which drains the requests in flight and ends MAX's
+    server, in a session of its own, within --drain-timeout + 10 s), SIGKILL
+    for what is left after 60 s; its exit code."""
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
         try:
