@@ -117,19 +117,6 @@ def held_back(text: str, stops: list[str]) -> int:
                default=0)
 
 
-def cut_logprobs(logprobs: dict | None, keep: int) -> dict | None:
-    """A choice's ``logprobs`` for the tokens whose text starts before
-    character ``keep`` of the text they were sent with."""
-    if not logprobs or not logprobs.get("tokens"):
-        return logprobs
-    starts, at = [], 0
-    for token in logprobs["tokens"]:
-        starts.append(at)
-        at += len(token)
-    n = sum(1 for s in starts if s < keep)
-    return {k: (v[:n] if isinstance(v, list) else v) for k, v in logprobs.items()}
-
-
 def cut_whole(response: dict, stops: list[str]) -> dict:
     """A whole (not streamed) completion with each choice cut at its first stop string."""
     for choice in response.get("choices", []):
@@ -137,7 +124,6 @@ def cut_whole(response: dict, stops: list[str]) -> dict:
         at = first_stop(text, stops)
         if at >= 0:
             choice["text"] = text[:at]
-            choice["logprobs"] = cut_logprobs(choice.get("logprobs"), at)
             choice["finish_reason"] = "stop"
     return response
 
@@ -162,16 +148,12 @@ class StreamCut:
         if self.stopped:
             return None
         choice = choices[0]
-        received = choice.get("text") or ""
-        offset = len(self.pending)  # where this chunk's text begins in pending
-        self.pending += received
+        self.pending += choice.get("text") or ""
         at = first_stop(self.pending, self.stops)
         if at >= 0:
             self.stopped = True
             out, self.pending = self.pending[:at], ""
             choice["finish_reason"] = "stop"
-            # Only this chunk's tokens that begin before the stop string.
-            choice["logprobs"] = cut_logprobs(choice.get("logprobs"), at - offset)
         elif choice.get("finish_reason"):
             out, self.pending = self.pending, ""  # the last chunk: nothing more can follow
         else:
