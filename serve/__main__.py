@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "more, the bias fused in; docs/serving.md), course on step 04's nn.Linear")
     p.add_argument("--impl", default="solutions", choices=IMPLS,
                    help="which code builds the model: the reference solutions, or your own steps/ files")
+    p.add_argument("--echo", action="store_true",
+                   help="score every prompt token, so that requests may ask for `echo` with `logprobs` (the prompt's "
+                        "log-probabilities, as evaluation harnesses such as lm-evaluation-harness do); without it such "
+                        "requests are refused. The graph then computes the head at every prompt position: prompts "
+                        "cost more, and the first start compiles once more")
     p.add_argument("--drain-timeout", type=float, default=DRAIN_SECONDS, metavar="SECONDS",
                    help="on SIGTERM or Ctrl-C, how long the requests in flight may take to finish before they "
                         f"are cut off (default {DRAIN_SECONDS:.0f}; MAX's own default is 5)")
@@ -104,6 +109,7 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--max-batch-size", str(args.max_batch_size),
         "--max-length", str(args.max_length or config.n_positions),
         "--host", args.host, "--port", str(args.port),
+        *(["--enable-echo"] if args.echo else []),
         # In-flight batching and penalties are the architecture's
         # required_arguments (serve/arch.py): on with plain `max serve` too.
         *args.passthrough,

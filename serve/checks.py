@@ -13,11 +13,14 @@ before any model code runs, and on the way it
 * stops at a ``stop`` string but returns the text with it (and at times the
   token after it), where OpenAI returns the text before it.
 
+It also drops the prompt that ``echo`` should put before the completion.
+
 ``CompletionChecks`` is an ASGI middleware around MAX's app (serve/engine.py
 puts it there): it reads the request body, refuses what the engine would
 ignore or hide with a 400 naming the field, rewrites ``seed: 0`` into a seed
-of its own, and cuts each choice's text at the first stop string, streamed or
-not. Every other request and response passes through unchanged.
+of its own, cuts each choice's text at the first stop string, streamed or
+not, and with ``echo`` puts the prompt before it. Every other request and
+response passes through unchanged.
 """
 
 from __future__ import annotations
@@ -172,12 +175,15 @@ async def refuse(send, message: str) -> None:
 
 
 class CompletionChecks:
-    """ASGI middleware: ``check_request`` before MAX's completions route, the
-    stop strings cut from what it returns. ``served``: the model's name."""
+    """ASGI middleware: ``check_request`` before MAX's completions route;
+    the stop strings cut from what it returns, and with ``echo`` the prompt
+    put before each choice's text. ``served``: the model's name; ``echo``:
+    whether the engine was built to score prompts (``--enable-echo``)."""
 
-    def __init__(self, app, served: str) -> None:
+    def __init__(self, app, served: str, echo: bool = False) -> None:
         self.app = app
         self.served = served
+        self.echo = echo
 
     def __getattr__(self, name: str):
         return getattr(self.app, name)  # app.state, app.routes, ... for whoever holds the app
@@ -200,51 +206,103 @@ class CompletionChecks:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             body = None  # MAX's own "Missing JSON."
-        stops: list[str] = []
+        edits = None
         if body is not None:
             try:
                 checked = check_request(body, self.served)
+                if isinstance(checked, dict) and checked.get("echo") and not self.echo:
+                    raise Refused(NO_ECHO)
             except Refused as exc:
                 return await refuse(send, str(exc))
             if checked is not body:
                 raw = json.dumps(checked).encode()
                 messages = [{"type": "http.request", "body": raw, "more_body": False}]
-            stops = stop_strings(checked)
+            echoed = await self.prompt_texts(checked) if isinstance(checked, dict) and checked.get("echo") else None
+            if stop_strings(checked) or echoed is not None:
+                edits = Edits(stop_strings(checked), echoed)
 
         replay = iter(messages)
 
         async def receive_again():
             return next(replay, None) or await receive()
 
-        if not stops:
-            return await self.app(scope, receive_again, send)
-        await self.app(scope, receive_again, StopCutter(send, stops))
+        await self.app(scope, receive_again, send if edits is None else ResponseEditor(send, edits))
+
+    async def prompt_texts(self, body: dict) -> list[str] | None:
+        """Each prompt of the request as text (token ids decoded by the
+        served tokenizer), in the order of the choices; None if malformed
+        (the route answers that)."""
+        prompt = body.get("prompt")
+        prompts = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else prompt
+        if not isinstance(prompts, list):
+            return None
+        tokenizer = self.app.state.pipeline.tokenizer
+        return [p if isinstance(p, str) else await tokenizer.decode(p) for p in prompts]
 
 
-class StopCutter:
-    """The ``send`` of a response to a request with stop strings: a whole JSON
-    completion is cut once its body is complete (its length header fixed up);
-    a stream's ``data:`` events are cut one by one."""
+NO_ECHO = ("echo needs every prompt position's logits, which this server was started without: start it with "
+           "`python -m serve --echo` (prompts then cost a little more to score)")
 
-    def __init__(self, send, stops: list[str]) -> None:
-        self.send = send
+
+def echo_choice(choice: dict, prompt: str) -> None:
+    """OpenAI's echo: the prompt before the text, and in ``logprobs`` an empty
+    entry for the prompt's first token (the engine scores each prompt token
+    after the first, given the ones before it)."""
+    choice["text"] = prompt + (choice.get("text") or "")
+    logprobs = choice.get("logprobs")
+    if logprobs and logprobs.get("token_logprobs") is not None:
+        logprobs["token_logprobs"] = [None, *logprobs["token_logprobs"]]
+        logprobs["top_logprobs"] = [None, *(logprobs.get("top_logprobs") or [])]
+
+
+class Edits:
+    """What a response's choices need: cut at the stop strings, and with
+    echo the prompt texts put before them (choice i is prompt i's)."""
+
+    def __init__(self, stops: list[str], prompts: list[str] | None) -> None:
         self.stops = stops
+        self.prompts = prompts
+        self.stream = StreamCut(stops)
+        self.echoed = False
+
+    def whole(self, response: dict) -> dict:
+        cut_whole(response, self.stops)
+        for choice in response.get("choices", []) if self.prompts is not None else []:
+            echo_choice(choice, self.prompts[choice.get("index", 0)])
+        return response
+
+    def chunk(self, payload: dict) -> dict | None:
+        payload = self.stream.chunk(payload) if self.stops else payload
+        if payload is not None and payload.get("choices") and self.prompts is not None and not self.echoed:
+            self.echoed = True  # a stream has one prompt, and its text goes first
+            echo_choice(payload["choices"][0], self.prompts[0])
+        return payload
+
+
+class ResponseEditor:
+    """The ``send`` of a response that ``Edits`` changes: a whole JSON
+    completion is edited once its body is complete (its length header fixed
+    up); a stream's ``data:`` events one by one."""
+
+    def __init__(self, send, edits: Edits) -> None:
+        self.send = send
+        self.edits: Edits | None = edits
         self.start: dict | None = None
         self.streaming = False
         self.body = b""  # a whole response's body so far / a stream's unfinished event
-        self.stream = StreamCut(stops)
 
     async def __call__(self, message: dict) -> None:
         if message["type"] == "http.response.start":
             headers = dict(message.get("headers", []))
             self.streaming = headers.get(b"content-type", b"").startswith(b"text/event-stream")
-            if self.streaming or message["status"] != 200:
+            if message["status"] != 200:
+                self.edits = None  # an error: sent as it is
+            if self.streaming or self.edits is None:
                 await self.send(message)
-                self.stops = [] if message["status"] != 200 else self.stops
             else:
-                self.start = message  # sent with the cut body
+                self.start = message  # sent with the edited body
             return
-        if message["type"] != "http.response.body" or not self.stops:
+        if message["type"] != "http.response.body" or self.edits is None:
             return await self.send(message)
         self.body += message.get("body", b"")
         more = message.get("more_body", False)
@@ -258,7 +316,7 @@ class StopCutter:
             return
         content = self.body
         try:
-            content = json.dumps(cut_whole(json.loads(content), self.stops)).encode()
+            content = json.dumps(self.edits.whole(json.loads(content))).encode()
         except ValueError:
             pass
         headers = [(k, str(len(content)).encode() if k == b"content-length" else v)
@@ -267,13 +325,13 @@ class StopCutter:
         await self.send({"type": "http.response.body", "body": content})
 
     def event(self, event: bytes) -> bytes:
-        """One server-sent event as it goes out: its JSON payload cut, or
+        """One server-sent event as it goes out: its JSON payload edited, or
         nothing where the stop string came before it."""
         prefix = b"data: "
         if not event.startswith(prefix) or event == b"data: [DONE]":
             return event + b"\n\n"
         try:
-            payload = self.stream.chunk(json.loads(event[len(prefix):]))
+            payload = self.edits.chunk(json.loads(event[len(prefix):]))
         except ValueError:
             return event + b"\n\n"
         return b"" if payload is None else prefix + json.dumps(payload).encode() + b"\n\n"

@@ -7,7 +7,8 @@ command: MAX's own command-line entry (its flags, its serving stack, its
 model worker, its shutdown), with one difference. The FastAPI app MAX builds
 is handed to the server wrapped in serve/checks.py's ``CompletionChecks``,
 which answers what MAX 26.7's completions route would ignore or hide
-(``n``, ``logit_bias``, ``seed: 0``, a bad ``temperature``, ``stop``, ...).
+(``n``, ``logit_bias``, ``seed: 0``, a bad ``temperature``, ``stop``,
+``echo``'s text, ...).
 No MAX code is changed: the wrapper is put where the entry builds its app
 (``serve_api_and_model_worker.fastapi_app``, the one name MAX's entry calls),
 and tests/test_serve_parts.py checks that this seam still exists.
@@ -25,8 +26,8 @@ def with_checks(make_app):
     the project's checks for the model name it serves."""
 
     def make(settings, serving_settings):
-        served = serving_settings.pipeline_config.model.served_model_name
-        return CompletionChecks(make_app(settings, serving_settings), served)
+        model = serving_settings.pipeline_config.model
+        return CompletionChecks(make_app(settings, serving_settings), model.served_model_name, model.enable_echo)
 
     return make
 

@@ -20,6 +20,7 @@ from max.driver import CPU, Buffer
 from max.experimental import nn
 from max.experimental.tensor import Tensor
 from max.nn.kv_cache import KVCacheInputsPerDevice
+from max.nn.transformer import ReturnLogits
 from max.pipelines.architectures.llama3_modulev3.batch_processor import Llama3ModuleV3BatchProcessor
 from max.pipelines.context import LogProbabilities, TextContext
 from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
@@ -39,47 +40,73 @@ class GPT2EngineModule(GPT2Ragged):
     unflattened here (as Llama 3's top module does); same parameter names,
     so the same weights."""
 
-    def __init__(self, config: GPT2ServeConfig) -> None:
+    def __init__(self, config: GPT2ServeConfig, every_position: bool = False) -> None:
         # Step 04's nn.Linear, or model/layers' for the options (float32 on the
         # CPU with --linear custom, the default: a decode step of a few
         # requests is a few rows, where MAX's own matmul streams the weights
         # slowest; docs/serving.md measures it). The kernels are CPU code.
         super().__init__(config.gpt2, config.kv_params, linear_maker(config.options) or nn.Linear,
-                         impl=config.options.impl)
+                         impl=config.options.impl, every_position=every_position)
         self.engine_kv_params = config.kv_params
 
     def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
                 *kv_inputs: Tensor) -> ModuleV3Outputs:
-        del return_n_logits  # only each sequence's last logits are returned (ReturnLogits.LAST_TOKEN)
+        del return_n_logits  # each sequence's last logits, or every token's (ReturnLogits.LAST_TOKEN / ALL)
         values = self.engine_kv_params.unflatten_kv_inputs(iter(x._graph_value for x in kv_inputs))
         kv = tree.leaves(values, leaf=KVCacheInputsPerDevice)[0]
-        return ModuleV3Outputs(next_token_logits=super().forward(tokens, kv, input_row_offsets))
+        if not self.every_position:
+            return ModuleV3Outputs(next_token_logits=super().forward(tokens, kv, input_row_offsets))
+        last, every = super().forward(tokens, kv, input_row_offsets)
+        return ModuleV3Outputs(next_token_logits=last, logits=every, logit_offsets=input_row_offsets)
 
 
-def log_probabilities(logits: np.ndarray, sampled: np.ndarray, batch_top_n: list[int]) -> list[LogProbabilities | None]:
-    """Each row's sampled token's log-probability and its ``top_n`` likeliest
-    tokens' (the sampled one added if not among them), as MAX's
+def log_probabilities(logits: np.ndarray, sampled: np.ndarray, batch_top_n: list[int],
+                      echo_rows: list[np.ndarray | None] | None = None,
+                      echo_tokens: list[np.ndarray | None] | None = None) -> list[LogProbabilities | None]:
+    """Each row's sampled token's log-probability and its ``top_n``
+    likeliest tokens' (the sampled one added if not among them), as MAX's
     ``LogProbabilitiesMixin`` returns them; None where ``top_n`` is 0.
 
-    logits [batch, vocab] float32. The normalizer is summed in float64: MAX's
-    log-probabilities kernel, given Hugging Face's own logits for the demo,
-    is off by up to 1.5e-3 (its log-sum-exp over 50257 entries), where this
-    stays within 1e-6 of HF's log_softmax."""
+    logits [batch, vocab] float32. With echo, ``echo_rows[i]`` holds sequence
+    i's logits at each of this step's tokens [n, vocab] and ``echo_tokens[i]``
+    those n tokens: the entries are then, as the mixin's, the log-probability
+    of each token after the first given the ones before it, then the sampled
+    token's (n entries; the first token has none).
+
+    The normalizer is summed in float64: MAX's log-probabilities kernel,
+    given Hugging Face's own logits for the demo, is off by up to 1.5e-3 (its
+    log-sum-exp over 50257 entries), where this stays within 1e-6 of HF's
+    log_softmax."""
     out: list[LogProbabilities | None] = []
-    for row, token, top_n in zip(logits, sampled, batch_top_n, strict=True):
+    for i, (row, token, top_n) in enumerate(zip(logits, sampled, batch_top_n, strict=True)):
         if top_n == 0:
             out.append(None)
             continue
-        peak = float(row.max())
-        log_z = peak + float(np.log(np.exp(row - peak, dtype=np.float64).sum()))
-        ids = np.argpartition(-row, top_n)[:top_n] if top_n < row.shape[0] else np.arange(row.shape[0])
-        ids = ids[np.argsort(-row[ids], kind="stable")]
-        top = {int(t): float(row[t]) - log_z for t in ids}
-        token = int(token)
-        top[token] = float(row[token]) - log_z
-        out.append(LogProbabilities(token_log_probabilities=[top[token]], top_log_probabilities=[top],
-                                    sampled_token_ids=[token]))
+        rows, targets = [row], [int(token)]
+        if echo_rows is not None and echo_rows[i] is not None:
+            rows, targets = list(echo_rows[i]), [*map(int, echo_tokens[i][1:]), int(token)]
+        scored = [scores(r, t, top_n) for r, t in zip(rows, targets, strict=True)]
+        out.append(LogProbabilities(token_log_probabilities=[s[t] for s, t in zip(scored, targets)],
+                                    top_log_probabilities=scored, sampled_token_ids=targets))
     return out
+
+
+def scores(row: np.ndarray, token: int, top_n: int) -> dict[int, float]:
+    """The ``top_n`` likeliest tokens' log-probabilities in ``row``'s
+    distribution, most likely first, and ``token``'s last if not among them."""
+    peak = float(row.max())
+    log_z = peak + float(np.log(np.exp(row - peak, dtype=np.float64).sum()))
+    ids = np.argpartition(-row, top_n)[:top_n] if top_n < row.shape[0] else np.arange(row.shape[0])
+    ids = ids[np.argsort(-row[ids], kind="stable")]
+    top = {int(t): float(row[t]) - log_z for t in ids}
+    top[token] = float(row[token]) - log_z
+    return top
+
+
+def host_array(buffer: Buffer | np.ndarray) -> np.ndarray:
+    if isinstance(buffer, np.ndarray):
+        return buffer
+    return (buffer if buffer.device.is_host else buffer.to(CPU())).to_numpy()
 
 
 class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
@@ -87,9 +114,9 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
 
     ``compute_log_probabilities`` answers a request's ``logprobs`` (without
     it the engine returns ``null`` for them), from each sequence's last
-    logits, which is all this network returns; ``echo`` (the prompt's
-    log-probabilities) would need every position's, so serve/tokenizer.py
-    refuses it."""
+    logits; ``echo`` (the prompt's log-probabilities) needs every position's,
+    which the network returns when the engine asks for them
+    (``--enable-echo``, ``python -m serve --echo``)."""
 
     model_config_cls: ClassVar[type[Any]] = GPT2ServeConfig
     batch_processor_cls: ClassVar[type[Llama3ModuleV3BatchProcessor]] = Llama3ModuleV3BatchProcessor
@@ -105,7 +132,7 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
         return self._serve_config
 
     def _instantiate_module(self, model_config: GPT2ServeConfig) -> GPT2EngineModule:
-        module = GPT2EngineModule(model_config)
+        module = GPT2EngineModule(model_config, every_position=self.return_logits == ReturnLogits.ALL)
         # Which files the model is built from, in the server's log (with
         # --impl steps: the learner's folder, found through PYTHONPATH).
         source = Path(sys.modules[type(module.transformer).__module__].__file__).parent
@@ -120,12 +147,18 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
         ``LogProbabilitiesMixin`` for its precision (``log_probabilities``).
         The sampler has applied penalties to these logits in place, as the
         mixin would see them too."""
-        if any(batch_echo):  # serve/tokenizer.py refuses echo before it gets here
-            raise ValueError("echo needs every position's logits; this network returns each sequence's last only")
-        logits = model_outputs.next_token_logits
-        if not logits.device.is_host:
-            logits = logits.to(CPU())
-        return log_probabilities(logits.to_numpy(), next_tokens.to_numpy().reshape(-1), batch_top_n)
+        last = host_array(model_outputs.next_token_logits)
+        sampled = host_array(next_tokens).reshape(-1)
+        if not any(batch_echo):
+            return log_probabilities(last, sampled, batch_top_n)
+        if model_outputs.logits is None:  # serve/checks.py refuses echo before it gets here
+            raise ValueError("echo needs every position's logits: start the server with --echo")
+        every = host_array(model_outputs.logits)
+        tokens = host_array(model_inputs.tokens)
+        offsets = host_array(model_inputs.input_row_offsets)
+        spans = [slice(offsets[i], offsets[i + 1]) if echo else None for i, echo in enumerate(batch_echo)]
+        return log_probabilities(last, sampled, batch_top_n, [None if s is None else every[s] for s in spans],
+                                 [None if s is None else tokens[s] for s in spans])
 
     def execute(self, model_inputs):
         outputs = super().execute(model_inputs)

@@ -127,7 +127,9 @@ def paged(attention_class):
 
 class GPT2Ragged(nn.Module):
     """The course's GPT-2 for the engine: tokens of a ragged batch -> each
-    sequence's next-token logits [batch, vocab] (float32, as the sampler wants).
+    sequence's next-token logits [batch, vocab] (float32, as the sampler
+    wants), and with ``every_position`` also every token's [total_tokens,
+    vocab] (``python -m serve --echo``: the prompt's log-probabilities).
 
     ``transformer`` and ``lm_head`` are step 11's own, built with the paged
     attention; ``impl`` picks the solutions or the learner's steps/.
@@ -136,7 +138,8 @@ class GPT2Ragged(nn.Module):
     build options' maker: float32 on the CPU, where a decode step of a few
     requests is a few rows)."""
 
-    def __init__(self, config, kv_params: KVCacheParams, linear=nn.Linear, impl: str = "solutions") -> None:
+    def __init__(self, config, kv_params: KVCacheParams, linear=nn.Linear, impl: str = "solutions",
+                 every_position: bool = False) -> None:
         super().__init__()
         kit = course(impl)
         lm = kit.GPT2LMHeadModel(config, linear, attention=paged(kit.GPT2MultiHeadAttention))
@@ -144,8 +147,9 @@ class GPT2Ragged(nn.Module):
         self.transformer = lm.transformer
         self.lm_head = lm.lm_head
         self.kv_params = kv_params
+        self.every_position = every_position
 
-    def forward(self, tokens: Tensor, kv: PagedCacheValues, input_row_offsets: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, kv: PagedCacheValues, input_row_offsets: Tensor):
         t = self.transformer
         positions = ragged_positions(input_row_offsets, Tensor.from_graph_value(kv.cache_lengths), tokens.shape[0])
         # Step 05's table, and step 06's gathered at each token's own position:
@@ -154,7 +158,11 @@ class GPT2Ragged(nn.Module):
         x = F.unsqueeze(t.wte(tokens) + F.gather(t.wpe.weight, positions, axis=0), 0)
         for i, block in enumerate(t.h):
             x, _, _ = block(x, PagedLayer(kv, self.kv_params, input_row_offsets, i), None)
+        last_rows = F.cast(input_row_offsets[1:], DType.int64) - 1
+        score = lambda h: F.cast(F.squeeze(self.lm_head(t.ln_f(h)), 0), DType.float32)  # noqa: E731
+        if self.every_position:
+            every = score(x)  # [total_tokens, vocab]
+            return F.gather(every, last_rows, axis=0), every
         # Each sequence's last token, gathered along the sequence axis as step
         # 11's ``positions`` are, then step 10's ln_f and step 11's head.
-        last = F.gather(x, F.cast(input_row_offsets[1:], DType.int64) - 1, axis=1)  # [1, batch, n_embd]
-        return F.cast(F.squeeze(self.lm_head(t.ln_f(last)), 0), DType.float32)
+        return score(F.gather(x, last_rows, axis=1))  # [batch, vocab]

@@ -7,8 +7,8 @@ the server's log). The tokenizer is the architecture's own hook into request
 handling, so the refusals that concern the model are raised here, named:
 an empty prompt, no tokens asked for, and a prompt plus ``max_tokens`` that
 does not fit GPT-2's window (the engine would otherwise cut the completion
-short silently; OpenAI's API refuses it). So are the request fields the
-engine hands this hook but would not honour: ``echo``.
+short silently; OpenAI's API refuses it). What the engine's route drops
+before this hook sees the request is answered in serve/checks.py.
 """
 
 from __future__ import annotations
@@ -25,12 +25,6 @@ class GPT2ServeTokenizer(TextTokenizer):
         # (" " is token 220), so a prompt of spaces or newlines is served.
         if prompt is not None and len(prompt) == 0:
             raise InputError("prompt is empty: GPT-2 continues text, so send at least one token of it")
-        if request.echo:
-            # The engine drops echo's text, and its prompt log-probabilities
-            # need logits at every position: this network scores each
-            # sequence's last token only (serve/network.py).
-            raise InputError("echo is not supported by this server: send the prompt's tokens yourself; "
-                             "logprobs cover the completion's tokens only")
         wanted = request.sampling_params.max_new_tokens
         if wanted is not None and wanted < 1:
             raise InputError(f"max_tokens must be at least 1, was {wanted}")

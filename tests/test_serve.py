@@ -501,7 +501,7 @@ NAMED = [
     ({"model": MODEL, "prompt": "Hello", "max_tokens": 0}, "max_tokens must be at least 1"),
     ({"model": MODEL, "prompt": "Hello " * 200, "max_tokens": 100}, "exceeds this model's context length of 256"),
     ("{not json", "json"),
-    ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "echo": True, "logprobs": 1}, "echo"),
+    ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "echo": True, "logprobs": 1}, "python -m serve --echo"),
     ({"model": MODEL, "prompt": "Hello", "max_tokens": -1}, "max_tokens must be a non-negative integer"),
     ({"model": "gpt-4", "prompt": "Hello", "max_tokens": 5}, "'gpt-4' is not served here"),
     ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "temperature": -1}, "temperature must be in [0.0, 2.0]"),
@@ -666,3 +666,46 @@ def test_impl_steps_serves_the_learner_s_model_greedy_as_hugging_face(steps_serv
     with ThreadPoolExecutor(len(cuts)) as pool:
         got = list(pool.map(served, cuts))
     assert got == [want[k:] for k in cuts], [tokenizer.decode(g) for g in got]
+
+
+@pytest.fixture(scope="module")
+def echo_server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("serve-echo") / "server.log", "cpu", "--echo")
+    seconds = srv.wait_ready()
+    print(f"\nserver (--echo) ready in {seconds:.0f} s")
+    yield srv
+    srv.stop()
+
+
+def test_echo_gives_the_prompt_and_its_log_probabilities_as_hugging_face(echo_server, reference, tokenizer):
+    """`python -m serve --echo`, asked as lm-evaluation-harness's loglikelihood
+    requests ask (echo, logprobs 1, max_tokens 1, temperature 0): the text is
+    the prompt and its greedy next token; the log-probabilities are null for
+    the prompt's first token, then log_softmax of HF's logits (within 1e-4)
+    for every later prompt token and the generated one. Three prompts of
+    different lengths at once (one ragged batch, as ids and as text), while a
+    request without echo on the same server keeps its one entry."""
+    client = openai.OpenAI(base_url=echo_server.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+    ids = [int(t) for t in reference["ids"][0]]
+    want = log_softmax(reference["logits"][0])  # [8, vocab]
+    cuts = (8, 5, 3)
+
+    text = tokenizer.decode(ids[:5])
+    assert tokenizer(text)["input_ids"] == ids[:5]  # so it can go as text and be scored as those ids
+
+    def ask(k):
+        return complete(client, text if k == 5 else ids[:k], 1, temperature=0, logprobs=1, echo=True)
+
+    with ThreadPoolExecutor(len(cuts) + 1) as pool:
+        plain = pool.submit(complete, client, ids[:4], 1, temperature=0, logprobs=1)
+        outs = list(pool.map(ask, cuts))
+    for k, out in zip(cuts, outs):
+        choice = out.choices[0]
+        greedy = int(np.argmax(want[k - 1]))
+        assert choice.text == tokenizer.decode(ids[:k]) + tokenizer.decode([greedy]), k
+        got = choice.logprobs.token_logprobs
+        assert len(got) == k + 1 and got[0] is None, (k, got)
+        expected = [want[j - 1, ids[j]] for j in range(1, k)] + [want[k - 1, greedy]]
+        np.testing.assert_allclose(got[1:], expected, atol=1e-4, err_msg=f"k={k}")
+    lp = plain.result().choices[0].logprobs.token_logprobs
+    assert len(lp) == 1 and lp[0] == pytest.approx(want[3].max(), abs=1e-4)

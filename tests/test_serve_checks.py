@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,13 +16,20 @@ from serve.checks import SEED_ZERO, CompletionChecks, held_back  # noqa: E402
 MODEL = "demo"
 
 
+class Tokenizer:
+    async def decode(self, ids) -> str:
+        return "".join(f"<{i}>" for i in ids)
+
+
 class Route:
     """A stand-in for MAX's app: records the body it receives, then sends
-    ``replies`` (ASGI messages) back."""
+    ``replies`` (ASGI messages) back. Its ``state.pipeline.tokenizer``
+    decodes token ids as ``<id>``."""
 
     def __init__(self, replies: list[dict] | None = None) -> None:
         self.replies = replies or whole({"choices": [{"index": 0, "text": "ok", "finish_reason": "length"}]})
         self.got: dict | None = None
+        self.state = SimpleNamespace(pipeline=SimpleNamespace(tokenizer=Tokenizer()))
 
     async def __call__(self, scope, receive, send) -> None:
         raw = b""
@@ -45,9 +53,9 @@ def whole(payload: dict) -> list[dict]:
             {"type": "http.response.body", "body": body}]
 
 
-def streamed(texts: list[str], finish: str = "stop", usage: bool = True) -> list[dict]:
+def streamed(texts: list[str], finish: str = "stop", usage: bool = True, logprobs: list | None = None) -> list[dict]:
     """MAX's stream as sse-starlette sends it: one event a message."""
-    events = [{"choices": [{"index": 0, "text": t, "logprobs": None,
+    events = [{"choices": [{"index": 0, "text": t, "logprobs": logprobs[i] if logprobs else None,
                             "finish_reason": finish if i == len(texts) - 1 else None}]} for i, t in enumerate(texts)]
     if usage:
         events.append({"choices": [], "usage": {"completion_tokens": len(texts)}})
@@ -57,7 +65,8 @@ def streamed(texts: list[str], finish: str = "stop", usage: bool = True) -> list
             {"type": "http.response.body", "body": b"", "more_body": False}]
 
 
-def call(body, route: Route, path="/v1/completions", chunks: int = 2) -> tuple[int, dict[bytes, bytes], bytes]:
+def call(body, route: Route, path="/v1/completions", chunks: int = 2, echo: bool = False
+         ) -> tuple[int, dict[bytes, bytes], bytes]:
     """Sends ``body`` (split over ``chunks`` messages) through the checks."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     step = max(1, len(raw) // chunks)
@@ -72,7 +81,7 @@ def call(body, route: Route, path="/v1/completions", chunks: int = 2) -> tuple[i
         sent.append(message)
 
     scope = {"type": "http", "method": "POST", "path": path}
-    asyncio.run(CompletionChecks(route, MODEL)(scope, receive, send))
+    asyncio.run(CompletionChecks(route, MODEL, echo=echo)(scope, receive, send))
     start = sent[0]
     return start["status"], dict(start.get("headers", [])), b"".join(m.get("body", b"") for m in sent[1:])
 
@@ -186,3 +195,45 @@ def test_held_back_is_the_longest_end_that_starts_a_stop_string():
     assert held_back("came to Baby", ["Babylon", "y"]) == 4
     assert held_back("came to", ["Babylon"]) == 0
     assert held_back("x", ["xyz", "xy"]) == 1
+
+
+def test_echo_is_refused_saying_how_to_get_it_where_the_server_was_started_without():
+    assert "python -m serve --echo" in error_of({**BASE, "echo": True, "logprobs": 1})
+
+
+def logprobs_of(n: int, first: float = -1.0) -> dict:
+    return {"token_logprobs": [first - i for i in range(n)], "top_logprobs": [{"x": first - i} for i in range(n)]}
+
+
+def test_echo_puts_each_prompt_before_its_choice_and_a_null_first_logprob():
+    """MAX returns the completion's text alone, and for a prompt of n tokens
+    n log-probabilities (each prompt token after the first, then the first
+    completion token's): OpenAI's echo has the prompt's text first and a
+    null for the prompt's first token. Token-id prompts are decoded."""
+    choices = [{"index": 0, "text": " done", "logprobs": logprobs_of(4), "finish_reason": "length"},
+               {"index": 1, "text": " too", "logprobs": logprobs_of(3), "finish_reason": "length"}]
+    route = Route(whole({"choices": choices}))
+    _, headers, content = call({**BASE, "prompt": [[5, 6, 7, 8], [9, 10, 11]], "echo": True, "logprobs": 1,
+                                "max_tokens": 1}, route, echo=True)
+    first, second = json.loads(content)["choices"]
+    assert int(headers[b"content-length"]) == len(content)
+    assert first["text"] == "<5><6><7><8> done" and second["text"] == "<9><10><11> too"
+    assert first["logprobs"]["token_logprobs"] == [None, -1.0, -2.0, -3.0, -4.0]
+    assert first["logprobs"]["top_logprobs"][:2] == [None, {"x": -1.0}]
+    assert len(second["logprobs"]["token_logprobs"]) == 3 + 1
+    route = Route()
+    _, _, content = call({**BASE, "echo": True}, route, echo=True)  # a text prompt, no logprobs
+    assert json.loads(content)["choices"][0]["text"] == "And it came to passok"
+
+
+def test_echo_streamed_and_cut_at_a_stop_string():
+    """The prompt goes before the first chunk only; the stop cut acts on
+    the completion, not on the echoed prompt (which holds "came")."""
+    route = Route(streamed([" and", " came", " back"], "stop", logprobs=[logprobs_of(5), logprobs_of(1, -9.0),
+                                                                        logprobs_of(1, -8.0)]))
+    _, _, content = call({**BASE, "stream": True, "echo": True, "logprobs": 1, "stop": " came"}, route, echo=True)
+    chunks = [json.loads(e[6:]) for e in content.split(b"\n\n") if e and e != b"data: [DONE]"]
+    choices = [c["choices"][0] for c in chunks if c["choices"]]
+    assert "".join(c["text"] for c in choices) == "And it came to pass and"
+    assert choices[0]["logprobs"]["token_logprobs"][:2] == [None, -1.0]
+    assert [c["finish_reason"] for c in choices if c["finish_reason"]] == ["stop"]

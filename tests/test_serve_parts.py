@@ -309,3 +309,30 @@ def test_log_probabilities_are_hugging_face_s_log_softmax():
         (ranked,) = lp.top_log_probabilities
         assert list(ranked) == [*map(int, top), int(unlikely[row])]
         np.testing.assert_allclose(list(ranked.values()), want[row, [*top, unlikely[row]]], atol=1e-6)
+
+
+def test_echo_log_probabilities_score_each_prompt_token_given_the_ones_before():
+    """With echo, a sequence's step of n tokens gives n entries, as MAX's
+    mixin does: token j+1's log-probability under position j's logits (HF's
+    own, log-softmaxed to 1e-6), then the sampled token's under the last;
+    a sequence without echo in the same batch keeps its one entry."""
+    from checkpoints import demo_reference
+
+    from serve.model import log_probabilities
+
+    ref = demo_reference()
+    logits, ids = ref["logits"][0], ref["ids"][0]  # [8, vocab], [8]
+    x = logits.astype(np.float64)
+    want = x - x.max(-1, keepdims=True)
+    want -= np.log(np.exp(want).sum(-1, keepdims=True))
+    sampled = np.array([int(want[-1].argmin()), 7])
+    got = log_probabilities(np.stack([logits[-1], logits[2]]), sampled, [2, 1],
+                            echo_rows=[logits, None], echo_tokens=[ids, None])
+    echoed, plain = got
+    targets = [*map(int, ids[1:]), int(sampled[0])]
+    assert echoed.sampled_token_ids == targets
+    np.testing.assert_allclose(echoed.token_log_probabilities, want[np.arange(8), targets], atol=1e-6)
+    for top, t, row in zip(echoed.top_log_probabilities, targets, want):
+        assert list(top)[:2] == list(np.argsort(-row)[:2]) and t in top  # the top 2, and the token itself
+    assert plain.sampled_token_ids == [7]
+    assert plain.token_log_probabilities[0] == pytest.approx(want[2, 7], abs=1e-6)
