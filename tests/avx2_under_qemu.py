@@ -18,9 +18,16 @@ not be loaded under an emulated AVX2 CPU). It checks:
    Q8_0, and Q4_0 in bands of 32 (this project's band kernel) and 16 (MAX's
    kernel for prompts), for 1 to 60 rows.
 
-The full app cannot run there: ``max._kv_cache_ops`` is a Mojo module that
-mojo's importer compiles once into the installed package (``__mojocache__``),
-natively, i.e. for AVX-512 here; it is stubbed (the kernels' graphs never call it).
+``--app ARGS...`` runs the app instead (``python -m model ARGS...``) on the
+emulated CPU, e.g. the demo's q4_0 greedy text, the symptom issue 39 named
+("!!!!" on an AVX2-only EPYC):
+
+    ... qemu-x86_64-static -cpu Haswell .venv/bin/python tests/avx2_under_qemu.py --app \\
+        --model demo --dtype q4_0 --temperature 0 --max-new-tokens 12 "And it came to pass"
+
+``max._kv_cache_ops`` is a Mojo module that mojo's importer compiles once into
+the installed package (``__mojocache__``), natively, i.e. for AVX-512 here; it
+is stubbed (neither the kernels' graphs nor the app call it).
 """
 
 from __future__ import annotations
@@ -88,6 +95,12 @@ def kernels_check() -> bool:
 def main() -> int:
     start = time.time()
     print(f"model/cpu.py sees: {cpu.describe()}", flush=True)
+    if sys.argv[1:2] == ["--app"]:
+        from model.cli import main as app
+
+        code = app(sys.argv[2:])
+        print(f"(app exit {code}, {time.time() - start:.0f} s)")
+        return code
     ok = repack_check() and kernels_check()
     print(f"{'right' if ok else 'WRONG'} ({time.time() - start:.0f} s)")
     return 0 if ok else 1
