@@ -30,7 +30,10 @@ class BuildOptions:
     on step 04's nn.Linear (elsewhere it changes nothing). ``cache``:
     ``in_place`` (model/kv_cache.py) or ``concat`` (step 07's own way, kept
     beside it to prove both give the same tokens). ``attention_layer``: also
-    return that layer's attention probabilities (the attention map)."""
+    return that layer's attention probabilities (the attention map).
+    ``every_position``: the server's network (serve/network.py) also returns
+    every token's logits, not only each sequence's last (``python -m serve
+    --echo``: the prompt's log-probabilities)."""
 
     impl: str = "solutions"
     device: str = "auto"
@@ -38,6 +41,7 @@ class BuildOptions:
     linear: str = "custom"
     cache: str = "in_place"
     attention_layer: int | None = None
+    every_position: bool = False
 
     def __post_init__(self) -> None:
         for name, allowed in (("impl", IMPLS), ("linear", LINEARS), ("cache", CACHES)):
@@ -61,5 +65,6 @@ class BuildOptions:
     def graph_facts(self) -> dict:
         """What of these options shapes the compiled graph beyond the placement
         (model/saved_graphs.py names the saved graph by it)."""
-        return {key: value for key, value in asdict(self).items() if key not in ("impl", "device", "dtype")} | {
-            "kernels": self.uses_kernels}
+        # every_position: read by the server's network only, never by these graphs.
+        return {key: value for key, value in asdict(self).items()
+                if key not in ("impl", "device", "dtype", "every_position")} | {"kernels": self.uses_kernels}

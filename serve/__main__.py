@@ -90,9 +90,14 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
 
         device = "gpu" if accelerator_count() else "cpu"
     # What the engine's process builds (serve/model_config.py reads it back):
-    # float32 on the CPU, bfloat16 on a GPU, the --impl and --linear asked for.
+    # float32 on the CPU, bfloat16 on a GPU, the --impl and --linear asked for,
+    # and with --echo a network that returns every position's logits. Not
+    # MAX's own --enable-echo: in MAX 26.7 it also switches the sampler to
+    # every position's logits, and that sampler cannot be built with
+    # penalties ("repetition_penalty tensor shape [Dim('batch')] does not
+    # match logits_buffer shape [Dim('total_output_len'), ...]").
     options = BuildOptions(impl=args.impl, device=device, dtype="bfloat16" if device == "gpu" else "float32",
-                           linear=args.linear)
+                           linear=args.linear, every_position=args.echo)
     command = [
         # `max serve` with the project's request checks in front of its
         # routes (serve/engine.py); the same flags.
@@ -109,7 +114,6 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         "--max-batch-size", str(args.max_batch_size),
         "--max-length", str(args.max_length or config.n_positions),
         "--host", args.host, "--port", str(args.port),
-        *(["--enable-echo"] if args.echo else []),
         # In-flight batching and penalties are the architecture's
         # required_arguments (serve/arch.py): on with plain `max serve` too.
         *args.passthrough,

@@ -178,7 +178,7 @@ class CompletionChecks:
     """ASGI middleware: ``check_request`` before MAX's completions route;
     the stop strings cut from what it returns, and with ``echo`` the prompt
     put before each choice's text. ``served``: the model's name; ``echo``:
-    whether the engine was built to score prompts (``--enable-echo``)."""
+    whether the network was built to score prompts (``python -m serve --echo``)."""
 
     def __init__(self, app, served: str, echo: bool = False) -> None:
         self.app = app

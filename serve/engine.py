@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 
 from serve.checks import CompletionChecks
+from serve.model_config import served_options
 
 
 def with_checks(make_app):
@@ -26,8 +27,8 @@ def with_checks(make_app):
     the project's checks for the model name it serves."""
 
     def make(settings, serving_settings):
-        model = serving_settings.pipeline_config.model
-        return CompletionChecks(make_app(settings, serving_settings), model.served_model_name, model.enable_echo)
+        served = serving_settings.pipeline_config.model.served_model_name
+        return CompletionChecks(make_app(settings, serving_settings), served, served_options().every_position)
 
     return make
 

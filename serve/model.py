@@ -20,7 +20,6 @@ from max.driver import CPU, Buffer
 from max.experimental import nn
 from max.experimental.tensor import Tensor
 from max.nn.kv_cache import KVCacheInputsPerDevice
-from max.nn.transformer import ReturnLogits
 from max.pipelines.architectures.llama3_modulev3.batch_processor import Llama3ModuleV3BatchProcessor
 from max.pipelines.context import LogProbabilities, TextContext
 from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
@@ -51,13 +50,15 @@ class GPT2EngineModule(GPT2Ragged):
 
     def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
                 *kv_inputs: Tensor) -> ModuleV3Outputs:
-        del return_n_logits  # each sequence's last logits, or every token's (ReturnLogits.LAST_TOKEN / ALL)
+        del return_n_logits  # each sequence's last logits (ReturnLogits.LAST_TOKEN), and every token's with echo
         values = self.engine_kv_params.unflatten_kv_inputs(iter(x._graph_value for x in kv_inputs))
         kv = tree.leaves(values, leaf=KVCacheInputsPerDevice)[0]
         if not self.every_position:
             return ModuleV3Outputs(next_token_logits=super().forward(tokens, kv, input_row_offsets))
         last, every = super().forward(tokens, kv, input_row_offsets)
-        return ModuleV3Outputs(next_token_logits=last, logits=every, logit_offsets=input_row_offsets)
+        # No logit_offsets: the engine samples from next_token_logits as
+        # always; every position's logits are for compute_log_probabilities.
+        return ModuleV3Outputs(next_token_logits=last, logits=every)
 
 
 def log_probabilities(logits: np.ndarray, sampled: np.ndarray, batch_top_n: list[int],
@@ -115,8 +116,8 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
     ``compute_log_probabilities`` answers a request's ``logprobs`` (without
     it the engine returns ``null`` for them), from each sequence's last
     logits; ``echo`` (the prompt's log-probabilities) needs every position's,
-    which the network returns when the engine asks for them
-    (``--enable-echo``, ``python -m serve --echo``)."""
+    which the network returns when built with ``every_position``
+    (``python -m serve --echo``)."""
 
     model_config_cls: ClassVar[type[Any]] = GPT2ServeConfig
     batch_processor_cls: ClassVar[type[Llama3ModuleV3BatchProcessor]] = Llama3ModuleV3BatchProcessor
@@ -132,7 +133,7 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
         return self._serve_config
 
     def _instantiate_module(self, model_config: GPT2ServeConfig) -> GPT2EngineModule:
-        module = GPT2EngineModule(model_config, every_position=self.return_logits == ReturnLogits.ALL)
+        module = GPT2EngineModule(model_config, every_position=model_config.options.every_position)
         # Which files the model is built from, in the server's log (with
         # --impl steps: the learner's folder, found through PYTHONPATH).
         source = Path(sys.modules[type(module.transformer).__module__].__file__).parent
