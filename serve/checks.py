@@ -11,9 +11,8 @@ before any model code runs, and on the way it
   model with 400 "Value error.", the reason only in the server's log (so does
   its chat route, for a model without a chat template: GPT-2);
 * stops at a ``stop`` string but returns the text with it (and at times the
-  token after it), where OpenAI returns the text before it.
-
-It also drops the prompt that ``echo`` should put before the completion.
+  token after it), where OpenAI returns the text before it;
+* returns an ``echo`` request's completion without the prompt before it.
 
 ``CompletionChecks`` is an ASGI middleware around MAX's app (serve/engine.py
 puts it there): it reads the request body, refuses what the engine would
@@ -40,8 +39,9 @@ NO_CHAT = ("GPT-2 has no chat template, so this server has no chat completions: 
 # none can equal it either.
 SEED_ZERO = 2**63
 SEED_LIMIT = 2**63 - 1
-# The request field each engine sampling setting comes from, for the
-# engine's own validation (SamplingParams) and its messages.
+# The engine's sampling settings (SamplingParamsInput's names) by the request
+# field that sets each: its own checks run on them, and their messages are
+# given back in the request's names.
 SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
                    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
                    "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens",
@@ -96,7 +96,7 @@ def check_sampling(body: dict) -> None:
     except (ValueError, TypeError) as exc:
         message = str(exc)
         for name, field in SAMPLING_FIELDS.items():
-            message = message.replace(name, field) if name != field else message
+            message = message.replace(name, field)
         raise Refused(message) from None
 
 
@@ -107,9 +107,9 @@ def stop_strings(body: Any) -> list[str]:
     return [s for s in stop or [] if isinstance(s, str) and s]
 
 
-def first_stop(text: str, stops: list[str], start: int = 0) -> int:
-    """Where the first of ``stops`` begins in ``text`` (from ``start``), or -1."""
-    found = [i for i in (text.find(s, start) for s in stops) if i >= 0]
+def first_stop(text: str, stops: list[str]) -> int:
+    """Where the first of ``stops`` to occur begins in ``text``, or -1."""
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
     return min(found, default=-1)
 
 
