@@ -6,6 +6,7 @@ max/serve/router/openai_routes.py) builds the engine's request from the body
 before any model code runs, and on the way it
 
 * drops ``n``, ``best_of``, ``logit_bias`` and ``suffix`` without a word;
+* fails a streamed request of several prompts with a 500 (NotImplementedError);
 * reads ``seed: 0`` as "no seed" (``seed or randint(...)``);
 * answers a bad ``max_tokens``, ``temperature``, ``top_p``, ... or an unknown
   model with 400 "Value error.", the reason only in the server's log (so does
@@ -67,6 +68,10 @@ def check_request(body: Any, served: str) -> Any:
         raise Refused("logit_bias is not supported by this server (the engine would ignore it)")
     if body.get("suffix"):
         raise Refused("suffix is not supported: GPT-2 continues text, it does not fill in between a prompt and a suffix")
+    prompt = body.get("prompt")
+    if body.get("stream") and isinstance(prompt, list) and len(prompt) > 1 and not isinstance(prompt[0], int):
+        raise Refused(f"stream takes one prompt, this request has {len(prompt)}: stream each on its own, "
+                      "or send them together without stream")
     model = body.get("model")
     if model and model != served:
         raise Refused(f"model {model!r} is not served here; this server serves {served!r}")

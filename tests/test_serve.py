@@ -509,6 +509,7 @@ NAMED = [
     ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "best_of": 2}, "best_of=2 is not supported"),
     ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "logit_bias": {"11": -100}}, "logit_bias is not supported"),
     ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "suffix": "!"}, "suffix is not supported"),
+    ({"model": MODEL, "prompt": ["Hello", "Bye"], "max_tokens": 5, "stream": True}, "stream takes one prompt"),
 ]
 
 

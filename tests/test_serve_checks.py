@@ -102,6 +102,7 @@ BASE = {"model": MODEL, "prompt": "And it came to pass", "max_tokens": 5}
     ({"best_of": 3}, "best_of=3"),
     ({"logit_bias": {"50256": -100}}, "logit_bias"),
     ({"suffix": " the end"}, "suffix"),
+    ({"stream": True, "prompt": ["one", "two"]}, "stream takes one prompt, this request has 2"),
     ({"model": "gpt-4"}, "'gpt-4' is not served here; this server serves 'demo'"),
     ({"seed": -1}, "seed must be an integer from 0"),
     ({"seed": 2**63}, "seed must be an integer from 0"),
