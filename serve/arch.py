@@ -12,8 +12,34 @@ from max.pipelines.lib import SupportedArchitecture
 from max.pipelines.modeling.types import PipelineTask
 
 from serve.model import GPT2PipelineModel
-from serve.model_config import GPT2ServeConfig
+from serve.model_config import GPT2ServeConfig, served_options
 from serve.tokenizer import GPT2ServeTokenizer
+
+
+def required_arguments(echo: bool) -> dict[str, bool]:
+    """The engine's config fields this model is served with, whatever the
+    command line says (max's config.py `_apply_required_arguments`; a name
+    that is no field is skipped silently, so tests/test_serve_parts.py
+    checks each one is)."""
+    required = {
+        # SamplingConfig: compile the sampler with presence/frequency (and
+        # repetition) penalties; without it the engine accepts them and only
+        # logs that it ignores them.
+        "enable_penalties": True,
+        # PipelineRuntimeConfig: new requests' prefill joins the running
+        # decode step instead of waiting for one of its own: measured by
+        # bench.serve, +15% output tokens/s at 32 clients, even at 1 and 8
+        # (docs/serving.md).
+        "enable_in_flight_batching": True,
+    }
+    if echo:
+        # A prompt's log-probabilities are scored from the logits of the
+        # tokens the step runs: a prefix taken from the cache (KVCacheConfig),
+        # or a prompt split over steps (PipelineRuntimeConfig), would leave
+        # some of its tokens unscored.
+        required |= {"enable_prefix_caching": False, "enable_chunked_prefill": False}
+    return required
+
 
 gpt2_arch = SupportedArchitecture(
     name="GPT2LMHeadModel",
@@ -33,19 +59,7 @@ gpt2_arch = SupportedArchitecture(
     # Both need a GPU; the CPU path (and this model) runs without them.
     supports_overlap_scheduler=False,
     supports_device_graph_capture=False,
-    # The engine's config fields this model is served with, whatever the
-    # command line says (max's config.py `_apply_required_arguments`; a name
-    # that is no field is skipped silently, so tests/test_serve_parts.py
-    # checks each one is):
-    required_arguments={
-        # SamplingConfig: compile the sampler with presence/frequency (and
-        # repetition) penalties; without it the engine accepts them and only
-        # logs that it ignores them.
-        "enable_penalties": True,
-        # PipelineRuntimeConfig: new requests' prefill joins the running
-        # decode step instead of waiting for one of its own: measured by
-        # bench.serve, +15% output tokens/s at 32 clients, even at 1 and 8
-        # (docs/serving.md).
-        "enable_in_flight_batching": True,
-    },
+    # python -m serve --echo builds the network with every position's logits
+    # (serve/__main__.py passes the build options in the environment).
+    required_arguments=required_arguments(echo=served_options().every_position),
 )

@@ -76,8 +76,8 @@ def check_request(body: Any, served: str) -> Any:
     if model and model != served:
         raise Refused(f"model {model!r} is not served here; this server serves {served!r}")
     seed = body.get("seed")
-    if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_LIMIT:
+    if isinstance(seed, int) and not isinstance(seed, bool):  # other types: the route's own validation
+        if not 0 <= seed <= SEED_LIMIT:
             raise Refused(f"seed must be an integer from 0 to {SEED_LIMIT}, was {seed!r}")
         if seed == 0:
             body = {**body, "seed": SEED_ZERO}
@@ -94,11 +94,14 @@ def check_sampling(body: dict) -> None:
         SamplingParamsInput,
     )
 
-    given = {name: body[field] for name, field in SAMPLING_FIELDS.items() if body.get(field) is not None}
+    # Numbers only: anything else (a string the route's schema may coerce, a
+    # wrong type) is left to the route's own validation, which names it.
+    given = {name: body[field] for name, field in SAMPLING_FIELDS.items()
+             if isinstance(body.get(field), (int, float)) and not isinstance(body.get(field), bool)}
     try:
         SamplingParams.from_input_and_generation_config(SamplingParamsInput(**given),
                                                         SamplingParamsGenerationConfigDefaults())
-    except (ValueError, TypeError) as exc:
+    except ValueError as exc:
         message = str(exc)
         for name, field in SAMPLING_FIELDS.items():
             message = message.replace(name, field)
@@ -183,12 +186,16 @@ class CompletionChecks:
     """ASGI middleware: ``check_request`` before MAX's completions route;
     the stop strings cut from what it returns, and with ``echo`` the prompt
     put before each choice's text. ``served``: the model's name; ``echo``:
-    whether the network was built to score prompts (``python -m serve --echo``)."""
+    whether the network was built to score prompts (``python -m serve
+    --echo``); ``max_bytes``: MAX's request size limit (its own middleware,
+    inside this one, answers 413 past it: a body that large is handed on
+    unread)."""
 
-    def __init__(self, app, served: str, echo: bool = False) -> None:
+    def __init__(self, app, served: str, echo: bool = False, max_bytes: int = 0) -> None:
         self.app = app
         self.served = served
         self.echo = echo
+        self.max_bytes = max_bytes
 
     def __getattr__(self, name: str):
         return getattr(self.app, name)  # app.state, app.routes, ... for whoever holds the app
@@ -198,64 +205,84 @@ class CompletionChecks:
             return await self.app(scope, receive, send)
         if scope["path"] == CHAT_PATH:  # MAX would answer "Value error."
             return await refuse(send, NO_CHAT)
-        raw, messages = b"", []
+        if self.too_large(declared_length(scope)):
+            return await self.app(scope, receive, send)
+        parts, messages = [], []
         while True:
             message = await receive()
             messages.append(message)
             if message["type"] != "http.request":
                 break  # a disconnect: hand it on as it came
-            raw += message.get("body", b"")
+            parts.append(message.get("body", b""))
+            if self.too_large(sum(map(len, parts))):
+                return await self.app(scope, replaying(messages, receive), send)
             if not message.get("more_body"):
                 break
         try:
-            body = json.loads(raw)
+            body = json.loads(b"".join(parts))
         except (ValueError, UnicodeDecodeError):
             body = None  # MAX's own "Missing JSON."
         edits = None
-        if body is not None:
+        if isinstance(body, dict):
             try:
                 checked = check_request(body, self.served)
-                if isinstance(checked, dict) and checked.get("echo") and not self.echo:
+                if checked.get("echo") and not self.echo:
                     raise Refused(NO_ECHO)
             except Refused as exc:
                 return await refuse(send, str(exc))
             if checked is not body:
-                raw = json.dumps(checked).encode()
-                messages = [{"type": "http.request", "body": raw, "more_body": False}]
-            echoed = await self.prompt_texts(checked) if isinstance(checked, dict) and checked.get("echo") else None
+                messages = [{"type": "http.request", "body": json.dumps(checked).encode(), "more_body": False}]
+            echoed = await self.prompt_texts(checked) if checked.get("echo") else None
             if stop_strings(checked) or echoed is not None:
-                edits = Edits(stop_strings(checked), echoed)
+                edits = Edits(stop_strings(checked), echoed, wants_logprobs=checked.get("logprobs") is not None)
+        await self.app(scope, replaying(messages, receive), send if edits is None else ResponseEditor(send, edits))
 
-        replay = iter(messages)
-
-        async def receive_again():
-            return next(replay, None) or await receive()
-
-        await self.app(scope, receive_again, send if edits is None else ResponseEditor(send, edits))
+    def too_large(self, size: int | None) -> bool:
+        return bool(self.max_bytes) and size is not None and size > self.max_bytes
 
     async def prompt_texts(self, body: dict) -> list[str] | None:
         """Each prompt of the request as text (token ids decoded by the
-        served tokenizer), in the order of the choices; None if malformed
-        (the route answers that)."""
+        served tokenizer), in the order of the choices; None if the prompt
+        is malformed (the route answers that with a 400 of its own)."""
         prompt = body.get("prompt")
-        prompts = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else prompt
-        if not isinstance(prompts, list):
+        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
+            prompt = [prompt]
+        if not isinstance(prompt, list):
             return None
         tokenizer = self.app.state.pipeline.tokenizer
-        return [p if isinstance(p, str) else await tokenizer.decode(p) for p in prompts]
+        try:
+            return [p if isinstance(p, str) else await tokenizer.decode(p) for p in prompt]
+        except Exception:  # ids that are no tokens, a prompt of the wrong shape: the route says what
+            return None
+
+
+def declared_length(scope) -> int | None:
+    """The request's Content-Length, if it declares one number."""
+    values = [v for k, v in scope.get("headers", []) if k.lower() == b"content-length"]
+    return int(values[0]) if len(values) == 1 and values[0].isdigit() else None
+
+
+def replaying(messages: list[dict], receive):
+    """``receive`` for the app: the messages already read, then the client's own."""
+    replay = iter(messages)
+
+    async def receive_again():
+        return next(replay, None) or await receive()
+
+    return receive_again
 
 
 NO_ECHO = ("echo needs every prompt position's logits, which this server was started without: start it with "
            "`python -m serve --echo` (prompts then cost a little more to score)")
 
 
-def echo_choice(choice: dict, prompt: str) -> None:
-    """OpenAI's echo: the prompt before the text, and in ``logprobs`` an empty
-    entry for the prompt's first token (the engine scores each prompt token
-    after the first, given the ones before it)."""
+def echo_choice(choice: dict, prompt: str, wants_logprobs: bool) -> None:
+    """OpenAI's echo: the prompt before the text, and in ``logprobs`` (when
+    asked for) an empty entry for the prompt's first token (the engine scores
+    each prompt token after the first, given the ones before it)."""
     choice["text"] = prompt + (choice.get("text") or "")
     logprobs = choice.get("logprobs")
-    if logprobs and logprobs.get("token_logprobs") is not None:
+    if wants_logprobs and logprobs and logprobs.get("token_logprobs") is not None:
         logprobs["token_logprobs"] = [None, *logprobs["token_logprobs"]]
         logprobs["top_logprobs"] = [None, *(logprobs.get("top_logprobs") or [])]
 
@@ -264,23 +291,24 @@ class Edits:
     """What a response's choices need: cut at the stop strings, and with
     echo the prompt texts put before them (choice i is prompt i's)."""
 
-    def __init__(self, stops: list[str], prompts: list[str] | None) -> None:
+    def __init__(self, stops: list[str], prompts: list[str] | None, wants_logprobs: bool = False) -> None:
         self.stops = stops
         self.prompts = prompts
+        self.wants_logprobs = wants_logprobs
         self.stream = StreamCut(stops)
         self.echoed = False
 
     def whole(self, response: dict) -> dict:
         cut_whole(response, self.stops)
         for choice in response.get("choices", []) if self.prompts is not None else []:
-            echo_choice(choice, self.prompts[choice.get("index", 0)])
+            echo_choice(choice, self.prompts[choice.get("index", 0)], self.wants_logprobs)
         return response
 
     def chunk(self, payload: dict) -> dict | None:
         payload = self.stream.chunk(payload) if self.stops else payload
         if payload is not None and payload.get("choices") and self.prompts is not None and not self.echoed:
             self.echoed = True  # a stream has one prompt, and its text goes first
-            echo_choice(payload["choices"][0], self.prompts[0])
+            echo_choice(payload["choices"][0], self.prompts[0], self.wants_logprobs)
         return payload
 
 

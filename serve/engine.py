@@ -27,8 +27,9 @@ def with_checks(make_app):
     the project's checks for the model name it serves."""
 
     def make(settings, serving_settings):
-        served = serving_settings.pipeline_config.model.served_model_name
-        return CompletionChecks(make_app(settings, serving_settings), served, served_options().every_position)
+        served = serving_settings.pipeline_config.model.model_name  # --served-model-name, else the path
+        return CompletionChecks(make_app(settings, serving_settings), served, served_options().every_position,
+                                settings.max_request_bytes)
 
     return make
 

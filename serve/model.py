@@ -72,7 +72,7 @@ def log_probabilities(logits: np.ndarray, sampled: np.ndarray, batch_top_n: list
     i's logits at each of this step's tokens [n, vocab] and ``echo_tokens[i]``
     those n tokens: the entries are then, as the mixin's, the log-probability
     of each token after the first given the ones before it, then the sampled
-    token's (n entries; the first token has none).
+    token's under ``logits`` (n entries; the first token has none).
 
     The normalizer is summed in float64: MAX's log-probabilities kernel,
     given Hugging Face's own logits for the demo, is off by up to 1.5e-3 (its
@@ -85,7 +85,9 @@ def log_probabilities(logits: np.ndarray, sampled: np.ndarray, batch_top_n: list
             continue
         rows, targets = [row], [int(token)]
         if echo_rows is not None and echo_rows[i] is not None:
-            rows, targets = list(echo_rows[i]), [*map(int, echo_tokens[i][1:]), int(token)]
+            # The prompt's own rows, then ``row``: the sampled token is scored
+            # under the logits it was sampled from (penalties applied).
+            rows, targets = [*echo_rows[i][:-1], row], [*map(int, echo_tokens[i][1:]), int(token)]
         scored = [scores(r, t, top_n) for r, t in zip(rows, targets, strict=True)]
         out.append(LogProbabilities(token_log_probabilities=[s[t] for s, t in zip(scored, targets)],
                                     top_log_probabilities=scored, sampled_token_ids=targets))

@@ -710,3 +710,25 @@ def test_echo_gives_the_prompt_and_its_log_probabilities_as_hugging_face(echo_se
         np.testing.assert_allclose(got[1:], expected, atol=1e-4, err_msg=f"k={k}")
     lp = plain.result().choices[0].logprobs.token_logprobs
     assert len(lp) == 1 and lp[0] == pytest.approx(want[3].max(), abs=1e-4)
+
+
+def test_echo_scores_a_long_prompt_whole_every_time(echo_server, app_model, genesis):
+    """A 200-token prompt (past one 128-token KV page) with echo, sent twice:
+    both times one log-probability per prompt token after the first and one
+    for the completion, each the log-softmax of the app's logits at its
+    position (within 1e-4), and nothing taken from the prefix cache. With
+    the cache on, the second request's first page would come from it and go
+    unscored (serve/arch.py turns it off under --echo, and chunked prefill
+    with it)."""
+    prompt = genesis[10:210]
+    want = log_softmax(app_model.forward_logits(np.array([prompt]))[0])  # [200, vocab]
+    greedy = int(np.argmax(want[-1]))
+    expected = [want[j - 1, prompt[j]] for j in range(1, len(prompt))] + [want[-1, greedy]]
+    for attempt in range(2):
+        status, out = post(echo_server, json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 1,
+                                                    "temperature": 0, "logprobs": 1, "echo": True}))
+        assert status == 200, out
+        got = out["choices"][0]["logprobs"]["token_logprobs"]
+        assert len(got) == len(prompt) + 1 and got[0] is None, (attempt, len(got))
+        np.testing.assert_allclose(got[1:], expected, atol=1e-4, err_msg=f"attempt {attempt}")
+        assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, out["usage"]

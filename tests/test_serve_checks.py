@@ -65,8 +65,8 @@ def streamed(texts: list[str], finish: str = "stop", usage: bool = True, logprob
             {"type": "http.response.body", "body": b"", "more_body": False}]
 
 
-def call(body, route: Route, path="/v1/completions", chunks: int = 2, echo: bool = False
-         ) -> tuple[int, dict[bytes, bytes], bytes]:
+def call(body, route: Route, path="/v1/completions", chunks: int = 2, echo: bool = False, max_bytes: int = 0,
+         headers: list | None = None) -> tuple[int, dict[bytes, bytes], bytes]:
     """Sends ``body`` (split over ``chunks`` messages) through the checks."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     step = max(1, len(raw) // chunks)
@@ -80,8 +80,8 @@ def call(body, route: Route, path="/v1/completions", chunks: int = 2, echo: bool
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": path}
-    asyncio.run(CompletionChecks(route, MODEL, echo=echo)(scope, receive, send))
+    scope = {"type": "http", "method": "POST", "path": path, "headers": headers or []}
+    asyncio.run(CompletionChecks(route, MODEL, echo=echo, max_bytes=max_bytes)(scope, receive, send))
     start = sent[0]
     return start["status"], dict(start.get("headers", [])), b"".join(m.get("body", b"") for m in sent[1:])
 
@@ -238,3 +238,35 @@ def test_echo_streamed_and_cut_at_a_stop_string():
     assert "".join(c["text"] for c in choices) == "And it came to pass and"
     assert choices[0]["logprobs"]["token_logprobs"][:2] == [None, -1.0]
     assert [c["finish_reason"] for c in choices if c["finish_reason"]] == ["stop"]
+
+
+def test_an_echo_without_logprobs_gets_no_null_and_a_malformed_prompt_is_left_to_the_route():
+    """MAX sends empty logprobs lists when none were asked for: they stay
+    empty. A prompt that cannot be echoed reaches the route, which refuses it."""
+    route = Route(whole({"choices": [{"index": 0, "text": " x", "finish_reason": "length",
+                                      "logprobs": {"token_logprobs": [], "top_logprobs": []}}]}))
+    _, _, content = call({**BASE, "echo": True}, route, echo=True)
+    assert json.loads(content)["choices"][0]["logprobs"] == {"token_logprobs": [], "top_logprobs": []}
+    for prompt in (5, {"a": 1}):
+        route = Route()
+        status, _, _ = call({**BASE, "prompt": prompt, "echo": True}, route, echo=True)
+        assert status == 200 and route.got["prompt"] == prompt  # the stand-in answers what MAX would refuse
+
+
+def test_a_body_past_max_s_size_limit_is_handed_on_unread_for_max_to_refuse():
+    """MAX's own size limit sits inside these checks: past it the body is not
+    buffered here, but handed on as it comes (MAX then answers 413)."""
+    big = {**BASE, "prompt": "x" * 5000, "n": 3}  # n=3 would be refused here if it were read
+    route = Route()
+    status, _, _ = call(big, route, chunks=10, max_bytes=1000)
+    assert status == 200 and route.got == big
+    route = Route()
+    status, _, _ = call(big, route, max_bytes=1000, headers=[(b"content-length", str(len(json.dumps(big))).encode())])
+    assert status == 200 and route.got == big
+
+
+def test_values_that_are_not_numbers_are_left_to_the_route():
+    """A string the route's schema may coerce ("5") is not this layer's to refuse."""
+    route = Route()
+    status, _, _ = call({**BASE, "max_tokens": "5", "seed": 5.0}, route)
+    assert status == 200 and route.got["max_tokens"] == "5"

@@ -92,13 +92,17 @@ def test_the_checks_seam_is_where_max_s_entry_builds_its_app():
     assert "fastapi_app(" in inspect.getsource(entry.serve_api_server_and_model_worker)
     assert "serve" in pipelines.main.commands
 
-    class Settings:
+    class Serving:
         class pipeline_config:
             class model:
-                served_model_name = "demo"
+                model_name = "demo"  # --served-model-name, else the model's path
 
-    app = with_checks(lambda settings, serving: "MAX's app")(None, Settings)
-    assert isinstance(app, CompletionChecks) and (app.app, app.served) == ("MAX's app", "demo")
+    class Settings:
+        max_request_bytes = 1000
+
+    app = with_checks(lambda settings, serving: "MAX's app")(Settings, Serving)
+    assert isinstance(app, CompletionChecks)
+    assert (app.app, app.served, app.echo, app.max_bytes) == ("MAX's app", "demo", False, 1000)
 
 
 def test_usage_errors_before_any_server(tmp_path, capsys):
@@ -237,22 +241,27 @@ def test_the_served_network_is_the_course_s_with_the_app_s_names(impl, learner):
 def test_the_architecture_declares_penalties_and_in_flight_batching():
     """serve/arch.py's required_arguments name real config fields: the
     engine skips a name no config has without a word, so a renamed field
-    would quietly turn penalties or in-flight batching off. The command line
-    no longer carries them."""
+    would quietly turn penalties or in-flight batching off (or, with --echo,
+    leave the prefix cache on). The command line does not carry them."""
+    from max.pipelines.kv_cache.config import KVCacheConfig
     from max.pipelines.lib import PipelineConfig
     from max.pipelines.lib.config.model_config import MAXModelConfig
     from max.pipelines.lib.pipeline_runtime_config import PipelineRuntimeConfig
     from max.pipelines.sampling.sampling_config import SamplingConfig
 
-    from serve.arch import gpt2_arch
+    from serve.arch import gpt2_arch, required_arguments
 
-    required = gpt2_arch.required_arguments
-    assert required == {"enable_penalties": True, "enable_in_flight_batching": True}
+    assert gpt2_arch.required_arguments == {"enable_penalties": True, "enable_in_flight_batching": True}
+    echo = required_arguments(echo=True)
+    assert echo == {"enable_penalties": True, "enable_in_flight_batching": True,
+                    "enable_prefix_caching": False, "enable_chunked_prefill": False}
     assert "enable_penalties" in SamplingConfig.model_fields
-    assert "enable_in_flight_batching" in PipelineRuntimeConfig.model_fields
-    for name in required:  # each has one receiver (none is also a model or top-level field)
+    assert {"enable_in_flight_batching", "enable_chunked_prefill"} <= set(PipelineRuntimeConfig.model_fields)
+    assert "enable_prefix_caching" in KVCacheConfig.model_fields
+    for name in echo:  # each has one receiver (none is also a model or top-level field)
         assert name not in PipelineConfig.model_fields and name not in MAXModelConfig.model_fields
-    assert "--enable-in-flight-batching" not in command("--model", "demo", "--device", "cpu")
+    flags = command("--model", "demo", "--device", "cpu", "--echo")
+    assert "--enable-in-flight-batching" not in flags and "--enable-echo" not in flags
 
 
 @pytest.mark.filterwarnings("ignore:pythonjsonlogger.jsonlogger has been moved:DeprecationWarning")  # MAX's telemetry imports it
@@ -326,13 +335,16 @@ def test_echo_log_probabilities_score_each_prompt_token_given_the_ones_before():
     want = x - x.max(-1, keepdims=True)
     want -= np.log(np.exp(want).sum(-1, keepdims=True))
     sampled = np.array([int(want[-1].argmin()), 7])
-    got = log_probabilities(np.stack([logits[-1], logits[2]]), sampled, [2, 1],
+    # The sampled token is scored under the logits handed in as sampled from
+    # (the sampler's, penalties applied), here position 5's, not under the
+    # prompt's last row.
+    got = log_probabilities(np.stack([logits[5], logits[2]]), sampled, [2, 1],
                             echo_rows=[logits, None], echo_tokens=[ids, None])
     echoed, plain = got
     targets = [*map(int, ids[1:]), int(sampled[0])]
     assert echoed.sampled_token_ids == targets
-    np.testing.assert_allclose(echoed.token_log_probabilities, want[np.arange(8), targets], atol=1e-6)
-    for top, t, row in zip(echoed.top_log_probabilities, targets, want):
+    np.testing.assert_allclose(echoed.token_log_probabilities, want[[*range(7), 5], targets], atol=1e-6)
+    for top, t, row in zip(echoed.top_log_probabilities, targets, want[[*range(7), 5]]):
         assert list(top)[:2] == list(np.argsort(-row)[:2]) and t in top  # the top 2, and the token itself
     assert plain.sampled_token_ids == [7]
     assert plain.token_log_probabilities[0] == pytest.approx(want[2, 7], abs=1e-6)
