@@ -13,7 +13,7 @@ cuts the text before the stop string, ``seed: 0`` is a seed).
 It serves ``/v1/completions`` (with streaming), ``/v1/models`` and
 ``/health``, and Prometheus metrics on ``/metrics`` at ``--metrics-port``
 (nothing is sent outside); GPT-2 has no chat template, so ``/v1/chat/completions`` is
-refused by the engine. Ctrl-C or SIGTERM stops it gracefully: no new
+refused, saying so. Ctrl-C or SIGTERM stops it gracefully: no new
 connections, the requests in flight finish (for up to ``--drain-timeout``
 seconds), then every process of the server ends.
 
