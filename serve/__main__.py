@@ -211,6 +211,7 @@ def end_group(pgid: int, grace: float = LEFTOVER_SECONDS) -> None:
         return  # nothing left (the usual case)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
+        reap_children()
         try:
             os.killpg(pgid, 0)
         except (ProcessLookupError, PermissionError):
@@ -220,6 +221,18 @@ def end_group(pgid: int, grace: float = LEFTOVER_SECONDS) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def reap_children() -> None:
+    """Wait for this process's children that have exited. A zombie still
+    counts as a member of its group for ``killpg``; when the launcher runs as
+    a container's PID 1, the server's orphaned processes become its children,
+    and unreaped they would hold end_group for its whole grace period."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass  # no children at all
 
 
 if __name__ == "__main__":

@@ -348,3 +348,23 @@ def test_echo_log_probabilities_score_each_prompt_token_given_the_ones_before():
         assert list(top)[:2] == list(np.argsort(-row)[:2]) and t in top  # the top 2, and the token itself
     assert plain.sampled_token_ids == [7]
     assert plain.token_log_probabilities[0] == pytest.approx(want[2, 7], abs=1e-6)
+
+
+def test_end_group_does_not_wait_on_a_group_of_zombies():
+    """A process of the server's group that has exited but is this process's
+    unreaped child (the launcher as a container's PID 1 inherits the
+    server's orphans) is a zombie: killpg still finds it. end_group reaps it
+    and returns at once instead of waiting out its grace period."""
+    import subprocess
+    import time
+
+    from serve.__main__ import end_group
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    pid = child.pid
+    while open(f"/proc/{pid}/stat").read().split(") ")[1][0] != "Z":  # exited, not yet reaped
+        time.sleep(0.05)
+    start = time.monotonic()
+    end_group(pid, grace=10)
+    assert time.monotonic() - start < 2
+    child.returncode = 0  # reaped by end_group; keep Popen's destructor from waiting again
