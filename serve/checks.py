@@ -207,14 +207,15 @@ class CompletionChecks:
             return await refuse(send, NO_CHAT)
         if self.too_large(declared_length(scope)):
             return await self.app(scope, receive, send)
-        parts, messages = [], []
+        parts, messages, size = [], [], 0
         while True:
             message = await receive()
             messages.append(message)
             if message["type"] != "http.request":
                 break  # a disconnect: hand it on as it came
             parts.append(message.get("body", b""))
-            if self.too_large(sum(map(len, parts))):
+            size += len(parts[-1])
+            if self.too_large(size):
                 return await self.app(scope, replaying(messages, receive), send)
             if not message.get("more_body"):
                 break
@@ -234,7 +235,7 @@ class CompletionChecks:
                 messages = [{"type": "http.request", "body": json.dumps(checked).encode(), "more_body": False}]
             echoed = await self.prompt_texts(checked) if checked.get("echo") else None
             if stop_strings(checked) or echoed is not None:
-                edits = Edits(stop_strings(checked), echoed, wants_logprobs=checked.get("logprobs") is not None)
+                edits = Edits(stop_strings(checked), echoed)
         await self.app(scope, replaying(messages, receive), send if edits is None else ResponseEditor(send, edits))
 
     def too_large(self, size: int | None) -> bool:
@@ -273,16 +274,17 @@ def replaying(messages: list[dict], receive):
 
 
 NO_ECHO = ("echo needs every prompt position's logits, which this server was started without: start it with "
-           "`python -m serve --echo` (prompts then cost a little more to score)")
+           "`python -m serve --echo` (prompts then cost more to score)")
 
 
-def echo_choice(choice: dict, prompt: str, wants_logprobs: bool) -> None:
-    """OpenAI's echo: the prompt before the text, and in ``logprobs`` (when
-    asked for) an empty entry for the prompt's first token (the engine scores
-    each prompt token after the first, given the ones before it)."""
+def echo_choice(choice: dict, prompt: str) -> None:
+    """OpenAI's echo: the prompt before the text, and in ``logprobs`` (where
+    there are any: MAX sends empty lists when none were asked for) an empty
+    entry for the prompt's first token (the engine scores each prompt token
+    after the first, given the ones before it)."""
     choice["text"] = prompt + (choice.get("text") or "")
     logprobs = choice.get("logprobs")
-    if wants_logprobs and logprobs and logprobs.get("token_logprobs") is not None:
+    if logprobs and logprobs.get("token_logprobs"):
         logprobs["token_logprobs"] = [None, *logprobs["token_logprobs"]]
         logprobs["top_logprobs"] = [None, *(logprobs.get("top_logprobs") or [])]
 
@@ -291,24 +293,23 @@ class Edits:
     """What a response's choices need: cut at the stop strings, and with
     echo the prompt texts put before them (choice i is prompt i's)."""
 
-    def __init__(self, stops: list[str], prompts: list[str] | None, wants_logprobs: bool = False) -> None:
+    def __init__(self, stops: list[str], prompts: list[str] | None) -> None:
         self.stops = stops
         self.prompts = prompts
-        self.wants_logprobs = wants_logprobs
         self.stream = StreamCut(stops)
         self.echoed = False
 
     def whole(self, response: dict) -> dict:
         cut_whole(response, self.stops)
         for choice in response.get("choices", []) if self.prompts is not None else []:
-            echo_choice(choice, self.prompts[choice.get("index", 0)], self.wants_logprobs)
+            echo_choice(choice, self.prompts[choice.get("index", 0)])
         return response
 
     def chunk(self, payload: dict) -> dict | None:
         payload = self.stream.chunk(payload) if self.stops else payload
         if payload is not None and payload.get("choices") and self.prompts is not None and not self.echoed:
             self.echoed = True  # a stream has one prompt, and its text goes first
-            echo_choice(payload["choices"][0], self.prompts[0], self.wants_logprobs)
+            echo_choice(payload["choices"][0], self.prompts[0])
         return payload
 
 
