@@ -233,9 +233,10 @@ class CompletionChecks:
                 return await refuse(send, str(exc))
             if checked is not body:
                 messages = [{"type": "http.request", "body": json.dumps(checked).encode(), "more_body": False}]
+            stops = stop_strings(checked)
             echoed = await self.prompt_texts(checked) if checked.get("echo") else None
-            if stop_strings(checked) or echoed is not None:
-                edits = Edits(stop_strings(checked), echoed)
+            if stops or echoed is not None:
+                edits = Edits(stops, echoed)
         await self.app(scope, replaying(messages, receive), send if edits is None else ResponseEditor(send, edits))
 
     def too_large(self, size: int | None) -> bool:

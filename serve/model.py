@@ -39,13 +39,13 @@ class GPT2EngineModule(GPT2Ragged):
     unflattened here (as Llama 3's top module does); same parameter names,
     so the same weights."""
 
-    def __init__(self, config: GPT2ServeConfig, every_position: bool = False) -> None:
+    def __init__(self, config: GPT2ServeConfig) -> None:
         # Step 04's nn.Linear, or model/layers' for the options (float32 on the
         # CPU with --linear custom, the default: a decode step of a few
         # requests is a few rows, where MAX's own matmul streams the weights
         # slowest; docs/serving.md measures it). The kernels are CPU code.
         super().__init__(config.gpt2, config.kv_params, linear_maker(config.options) or nn.Linear,
-                         impl=config.options.impl, every_position=every_position)
+                         impl=config.options.impl, every_position=config.options.every_position)
         self.engine_kv_params = config.kv_params
 
     def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
@@ -135,7 +135,7 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
         return self._serve_config
 
     def _instantiate_module(self, model_config: GPT2ServeConfig) -> GPT2EngineModule:
-        module = GPT2EngineModule(model_config, every_position=model_config.options.every_position)
+        module = GPT2EngineModule(model_config)
         # Which files the model is built from, in the server's log (with
         # --impl steps: the learner's folder, found through PYTHONPATH).
         source = Path(sys.modules[type(module.transformer).__module__].__file__).parent

@@ -294,6 +294,13 @@ def test_metrics_on_and_nothing_sent_outside(monkeypatch):
     assert _telemetry_disabled(settings) and not settings.disable_telemetry
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """HF's log_softmax, in float64: the reference for serve/model.py's scores."""
+    x = logits.astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
 def test_log_probabilities_are_hugging_face_s_log_softmax():
     """serve/model.py's logprobs on HF's own logits for the demo: the
     log-softmax to 1e-6 (MAX's kernel is off by up to 1.5e-3 here), the top
@@ -303,9 +310,7 @@ def test_log_probabilities_are_hugging_face_s_log_softmax():
     from serve.model import log_probabilities
 
     logits = demo_reference()["logits"][0]  # [8, vocab] float32
-    x = logits.astype(np.float64)
-    want = x - x.max(-1, keepdims=True)
-    want -= np.log(np.exp(want).sum(-1, keepdims=True))
+    want = log_softmax(logits)
     unlikely = want.argmin(-1)
     got = log_probabilities(logits, unlikely, [5, 0, 3, 1, 7, 5, 5, 5])
     assert got[1] is None
@@ -331,9 +336,7 @@ def test_echo_log_probabilities_score_each_prompt_token_given_the_ones_before():
 
     ref = demo_reference()
     logits, ids = ref["logits"][0], ref["ids"][0]  # [8, vocab], [8]
-    x = logits.astype(np.float64)
-    want = x - x.max(-1, keepdims=True)
-    want -= np.log(np.exp(want).sum(-1, keepdims=True))
+    want = log_softmax(logits)
     sampled = np.array([int(want[-1].argmin()), 7])
     # The sampled token is scored under the logits handed in as sampled from
     # (the sampler's, penalties applied), here position 5's, not under the
