@@ -139,9 +139,13 @@ def cold_start(folder: Path, dtype: str, device: str = "cpu", linear: str = "cus
         return json.loads(lines[-1])
 
 
-def measure_hf(python: str, folder: Path, reps: int, new_tokens: int) -> dict:
+def measure_hf(python: str, folder: Path, reps: int, new_tokens: int, device: str = "cpu",
+               dtype: str = "float32") -> dict:
+    """HF + torch on the same machine: float32 on the CPU; on a GPU, at the
+    precision it is compared with (device "gpu" is torch's "cuda")."""
     done = subprocess.run([python, str(HERE / "hf_baseline.py"), str(folder), "--reps", str(reps),
-                           "--new-tokens", str(new_tokens)], capture_output=True, text=True, env=dict(os.environ))
+                           "--new-tokens", str(new_tokens), "--device", "cuda" if device == "gpu" else "cpu",
+                           "--dtype", dtype], capture_output=True, text=True, env=dict(os.environ))
     if done.returncode != 0:
         raise RuntimeError((done.stderr.strip().splitlines() or ["failed"])[-1])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -204,9 +208,17 @@ def round_ratios(rounds: list[tuple[list[dict], list[dict]]]) -> list[str]:
     return lines
 
 
-def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) -> str:
+def hf_for(r: dict, hf: list[dict]) -> dict | None:
+    """The HF figures a precision of ours is compared with: HF at the same
+    precision where it was measured (bfloat16 on a GPU), else HF float32."""
+    same = [h for h in hf if h.get("dtype", "float32") == r["dtype"]]
+    return (same or [h for h in hf if h.get("dtype", "float32") == "float32"] or [None])[0]
+
+
+def table(ours: list[dict], hf: dict | list[dict] | None, llama: list[dict] | None = None) -> str:
     """Every measured column, then ours / HF and ours / llama.cpp at the same precision."""
     llama = llama or []
+    hf = [hf] if isinstance(hf, dict) else list(hf or [])
     by_precision = {r["dtype"]: r for r in llama}
     lines = []
     for r in ours:
@@ -216,9 +228,10 @@ def table(ours: list[dict], hf: dict | None, llama: list[dict] | None = None) ->
                      + (f"; with empty caches: compile {r['cold_compile_s']:.1f} s, start to first token "
                         f"{r['cold_start_to_first_token_s']:.1f} s, peak memory {r['cold_peak_rss_mb']:.0f} MB"
                         if "cold_compile_s" in r else ""))
-    columns = [(f"max {r['dtype']}", r) for r in ours] + [("hf float32", hf)]
+    columns = [(f"max {r['dtype']}", r) for r in ours]
+    columns += [(f"hf {h.get('dtype', 'float32')}", h) for h in hf or [{"dtype": "float32"}]]
     columns += [(f"llama.cpp {r['dtype']}", r) for r in llama]
-    ratios = [(f"vs hf {r['dtype'][:5]}", r, hf) for r in ours] if hf else []
+    ratios = [(f"vs hf {r['dtype'][:5]}", r, hf_for(r, hf)) for r in ours if hf_for(r, hf)]
     ratios += [(f"vs l.cpp {r['dtype'][:5]}", r, by_precision[SAME_PRECISION[r["dtype"]]])
                for r in ours if SAME_PRECISION.get(r["dtype"]) in by_precision]
     # Each column as wide as its name needs ("llama.cpp q4_0-pure"), at least 15.
@@ -324,12 +337,16 @@ def main(argv: list[str] | None = None) -> int:
         rounds.append((ours, llama))
     ours = merge_rounds([o for o, _ in rounds])
     llama = merge_rounds([ll for _, ll in rounds]) or None
-    hf = None
+    hf = []
     if args.hf_python:
-        try:
-            hf = measure_hf(args.hf_python, folder, args.reps, args.new_tokens)
-        except (OSError, RuntimeError, json.JSONDecodeError) as exc:
-            print(f"Hugging Face baseline failed ({exc}); skipped", file=sys.stderr)
+        device = ours[0]["device"] if ours else args.device  # what --device auto became
+        # On a GPU, HF at each precision measured (torch has float32 and bfloat16); on the CPU, float32.
+        hf_dtypes = [d for d in args.dtypes if d in ("float32", "bfloat16")] if device == "gpu" else ["float32"]
+        for dtype in hf_dtypes or ["float32"]:
+            try:
+                hf.append(measure_hf(args.hf_python, folder, args.reps, args.new_tokens, device, dtype))
+            except (OSError, RuntimeError, json.JSONDecodeError) as exc:
+                print(f"Hugging Face baseline ({dtype}) failed ({exc}); skipped", file=sys.stderr)
     else:
         print("Hugging Face baseline skipped: no --hf-python / GPT2_MAX_HF_PYTHON with torch", file=sys.stderr)
     machine = {"cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),

@@ -1,8 +1,10 @@
-"""The Hugging Face side of the benchmark: transformers + torch, fp32, KV cache,
-greedy `generate`. Run by bench/__main__.py in an interpreter that has torch
-(torch is not a dependency of this project); prints one JSON object.
+"""The Hugging Face side of the benchmark: transformers + torch, KV cache,
+greedy `generate`, float32 on the CPU, float32 or bfloat16 on a CUDA GPU. Run
+by bench/__main__.py in an interpreter that has torch (torch is not a
+dependency of this project); prints one JSON object.
 
     python bench/hf_baseline.py FOLDER --reps 3 --new-tokens 128
+    python bench/hf_baseline.py FOLDER --device cuda --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -29,29 +31,46 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--prefill", type=int, nargs="+", default=[16, 512])
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = p.parse_args()
     torch.manual_seed(0)
     start = time.perf_counter()
-    model = GPT2LMHeadModel.from_pretrained(args.folder, torch_dtype=torch.float32).eval()
+    model = GPT2LMHeadModel.from_pretrained(args.folder, torch_dtype=getattr(torch, args.dtype))
+    model = model.to(args.device).eval()
     load_s = time.perf_counter() - start
     vocab = model.config.vocab_size
-    out = {"impl": "hf", "dtype": "float32", "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "load_s": load_s, "prefill_ms": {}, "decode_tok_s": {}}
+    out = {"impl": "hf", "dtype": args.dtype, "device": args.device, "torch": torch.__version__,
+           "threads": torch.get_num_threads(), "load_s": load_s, "prefill_ms": {}, "decode_tok_s": {}}
+    if args.device == "cuda":
+        out["card"] = torch.cuda.get_device_name()
+
+    def randint(shape):
+        return torch.randint(0, vocab, shape).to(args.device)
+
+    def synced(fn):
+        """A GPU runs ahead of Python: time until its work is done."""
+        if args.device == "cpu":
+            return fn
+        return lambda: (fn(), torch.cuda.synchronize())
+
     with torch.inference_mode():
-        model(torch.randint(0, vocab, (1, min(args.prefill))))
+        model(randint((1, min(args.prefill))))
+        if args.device == "cuda":
+            torch.cuda.synchronize()
         out["start_to_first_token_s"] = time.perf_counter() - PROCESS_START
         for n in args.prefill:
-            ids = torch.randint(0, vocab, (1, n))
+            ids = randint((1, n))
             model(ids)  # warm-up
-            out["prefill_ms"][str(n)] = 1000 * timed(lambda: model(ids, use_cache=True), args.reps)
+            out["prefill_ms"][str(n)] = 1000 * timed(synced(lambda: model(ids, use_cache=True)), args.reps)
         out["ttft_ms"] = out["prefill_ms"][str(min(args.prefill))]
         for batch in args.batches:
-            ids = torch.randint(0, vocab, (batch, 16))
+            ids = randint((batch, 16))
             kw = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
                       use_cache=True, pad_token_id=0)
             model.generate(ids, **dict(kw, max_new_tokens=4, min_new_tokens=4))  # warm-up
-            total = timed(lambda: model.generate(ids, **kw), args.reps)
-            prefill = timed(lambda: model(ids, use_cache=True), args.reps)
+            total = timed(synced(lambda: model.generate(ids, **kw)), args.reps)
+            prefill = timed(synced(lambda: model(ids, use_cache=True)), args.reps)
             out["decode_tok_s"][str(batch)] = batch * (args.new_tokens - 1) / max(total - prefill, 1e-9)
     out["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(out))

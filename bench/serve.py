@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="checkpoint folder or `demo` (default: the bench's random 124M)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"],
+                   help="python -m serve --device: the CPU in float32 (default) or a GPU in bfloat16")
     p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts (default 1,8,32)")
     p.add_argument("--max-tokens", type=int, default=64, help="new tokens per request (default 64)")
     p.add_argument("--llama-cpp", type=Path, default=None, help="llama.cpp bin dir (default: what `pixi run llama-setup` built)")
@@ -264,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.rounds < 1 or args.requests_per_client < 1:
         p.error("--rounds and --requests-per-client must be at least 1")
-    bin_dir = None if args.no_llama_cpp else (args.llama_cpp or built())
+    # llama.cpp is built here for the CPU: no baseline for a server on the GPU.
+    bin_dir = None if args.no_llama_cpp or args.device == "gpu" else (args.llama_cpp or built())
     if bin_dir is not None and not (Path(bin_dir) / "llama-server").is_file():
         bin_dir = None
         if not args.no_llama_cpp:
@@ -274,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     for number in range(args.rounds):
         if args.rounds > 1:
             print(f"round {number + 1} of {args.rounds}", file=sys.stderr, flush=True)
-        ours = measure("max-serve", [sys.executable, "-m", "serve", "--model", str(folder), "--device", "cpu",
+        ours = measure("max-serve", [sys.executable, "-m", "serve", "--model", str(folder), "--device", args.device,
                                      "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window),
                                      "--linear", args.linear,
                                      *(["--", *args.serve_flag] if args.serve_flag else [])],
@@ -291,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         rounds.append((ours, llama))
     ours = merge_rounds([o for o, _ in rounds], key="concurrency")
     llama = merge_rounds([ll for _, ll in rounds if ll], key="concurrency") or None
-    print(f"\n{folder.name}, float32, {threads} threads, {args.max_tokens} new tokens per request, prompts of "
+    precision = "float32" if args.device == "cpu" else "bfloat16 on the GPU"
+    print(f"\n{folder.name}, {precision}, {threads} threads, {args.max_tokens} new tokens per request, prompts of "
           f"{'/'.join(map(str, lengths))} tokens\n")
     print(table(ours, llama))
     if args.rounds > 1 and llama:

@@ -34,6 +34,20 @@ def test_measure_and_table(tmp_path):
     assert "-" in table([ours], None)
 
 
+def test_on_a_gpu_each_precision_is_compared_with_hf_at_the_same_precision():
+    """bench --device gpu measures HF in float32 and bfloat16 on the card; our
+    bfloat16 is compared with HF's bfloat16, our float32 with HF's float32."""
+    ours = [{"dtype": d, "device": "gpu", "compile_s": 1.0, "start_to_first_token_s": 2.0, "prefill_ms": {"16": 2.0},
+             "decode_tok_s": {"1": tok_s}} for d, tok_s in (("float32", 300.0), ("bfloat16", 500.0))]
+    hf = [{"dtype": d, "device": "cuda", "prefill_ms": {"16": 4.0}, "decode_tok_s": {"1": tok_s}}
+          for d, tok_s in (("float32", 100.0), ("bfloat16", 250.0))]
+    text = table(ours, hf)
+    header = next(line for line in text.splitlines() if line.startswith("figure"))
+    assert "hf float32" in header and "hf bfloat16" in header
+    decode = next(line for line in text.splitlines() if line.startswith("decode, batch 1"))
+    assert decode.split()[-2:] == ["3.00x", "2.00x"]  # 300/100, 500/250 (not 500/100)
+
+
 def test_table_compares_llama_cpp_at_the_same_weight_format():
     ours = [{"dtype": d, "device": "cpu", "compile_s": 1.0, "start_to_first_token_s": 2.0, "prefill_ms": {"16": 30.0},
              "decode_tok_s": {"1": tok_s}} for d, tok_s in (("float32", 60.0), ("q6_k", 100.0))]

