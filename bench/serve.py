@@ -191,21 +191,21 @@ def measure(name: str, command: list[str], model: str, texts, max_tokens, levels
         stop(process)
 
 
-def table(ours: list[dict], llama: list[dict] | None) -> str:
-    lines = ["| concurrency | server | requests/s | output tokens/s | TTFT p50 (ms) | TTFT p99 (ms) | tokens/s vs llama-server |",
+def table(ours: list[dict], llama: list[dict] | None, baseline: str = "llama-server") -> str:
+    lines = [f"| concurrency | server | requests/s | output tokens/s | TTFT p50 (ms) | TTFT p99 (ms) | tokens/s vs {baseline} |",
              "|---|---|---|---|---|---|---|"]
     by_c = {r["concurrency"]: r for r in llama or []}
     for r in ours:
         other = by_c.get(r["concurrency"])
         ratio = f"{r['output_tokens_per_s'] / other['output_tokens_per_s']:.2f}x" if other else "n/a"
-        for row, label in ((r, "MAX serve (this project)"), (other, "llama-server")):
+        for row, label in ((r, "MAX serve (this project)"), (other, baseline)):
             if row:
                 lines.append(f"| {r['concurrency']:g} | {label} | {row['requests_per_s']:.3f} | {row['output_tokens_per_s']:.1f} | "
                              f"{row['ttft_p50_ms']:.1f} | {row['ttft_p99_ms']:.1f} | {ratio if row is r else ''} |")
     return "\n".join(lines)
 
 
-def round_ratios(rounds: list[tuple[list[dict], list[dict] | None]]) -> list[str]:
+def round_ratios(rounds: list[tuple[list[dict], list[dict] | None]], baseline: str = "llama-server") -> list[str]:
     """Per concurrency, each round's output tokens/s against llama-server's in
     the same round, and their median."""
     from bench.common import spread
@@ -219,7 +219,7 @@ def round_ratios(rounds: list[tuple[list[dict], list[dict] | None]]) -> list[str
             if mine and theirs and theirs["output_tokens_per_s"]:
                 xs.append(mine["output_tokens_per_s"] / theirs["output_tokens_per_s"])
         if xs:
-            lines.append(f"{c} clients, output tokens/s vs llama-server per round: {spread(xs)}")
+            lines.append(f"{c} clients, output tokens/s vs {baseline} per round: {spread(xs)}")
     return lines
 
 
@@ -234,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=64, help="new tokens per request (default 64)")
     p.add_argument("--llama-cpp", type=Path, default=None, help="llama.cpp bin dir (default: what `pixi run llama-setup` built)")
     p.add_argument("--no-llama-cpp", action="store_true", help="measure this project's server only")
+    p.add_argument("--hf-python", metavar="PYTHON",
+                   help="an interpreter with torch: the baseline is Hugging Face's generate in a loop, one request "
+                        "at a time (bench/hf_server.py; on the GPU in bfloat16), instead of llama-server")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="python -m serve --linear: this project's Mojo op (custom, default) or nn.Linear (course)")
@@ -267,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.requests_per_client < 1:
         p.error("--rounds and --requests-per-client must be at least 1")
     # llama.cpp is built here for the CPU: no baseline for a server on the GPU.
-    bin_dir = None if args.no_llama_cpp or args.device == "gpu" else (args.llama_cpp or built())
+    bin_dir = None if args.no_llama_cpp or args.hf_python or args.device == "gpu" else (args.llama_cpp or built())
     if bin_dir is not None and not (Path(bin_dir) / "llama-server").is_file():
         bin_dir = None
         if not args.no_llama_cpp:
@@ -291,18 +294,26 @@ def main(argv: list[str] | None = None) -> int:
                                              "-c", str(int(batch) * window), "--cont-batching"],
                             "model", texts, args.max_tokens, levels, tokenizer, logs / "llama-server.log",
                             args.requests_per_client)
+        if args.hf_python:
+            cuda = args.device == "gpu"
+            llama = measure("hf-generate", [args.hf_python, str(ROOT / "bench" / "hf_server.py"), str(folder),
+                                            "--port", "{port}", "--device", "cuda" if cuda else "cpu",
+                                            "--dtype", "bfloat16" if cuda else "float32"],
+                            str(folder), texts, args.max_tokens, levels, tokenizer, logs / "hf-generate.log",
+                            args.requests_per_client)
         rounds.append((ours, llama))
     ours = merge_rounds([o for o, _ in rounds], key="concurrency")
     llama = merge_rounds([ll for _, ll in rounds if ll], key="concurrency") or None
     precision = "float32" if args.device == "cpu" else "bfloat16 on the GPU"
     print(f"\n{folder.name}, {precision}, {threads} threads, {args.max_tokens} new tokens per request, prompts of "
           f"{'/'.join(map(str, lengths))} tokens\n")
-    print(table(ours, llama))
+    baseline = "HF generate, one at a time" if args.hf_python else "llama-server"
+    print(table(ours, llama, baseline))
     if args.rounds > 1 and llama:
-        print("\n".join(["", *round_ratios(rounds)]))
+        print("\n".join(["", *round_ratios(rounds, baseline)]))
     if args.json:
-        args.json.write_text(json.dumps({"ours": ours, "llama_server": llama,
-                                         "rounds": [{"ours": o, "llama_server": ll} for o, ll in rounds]},
+        key = "hf_generate" if args.hf_python else "llama_server"
+        args.json.write_text(json.dumps({"ours": ours, key: llama, "rounds": [{"ours": o, key: ll} for o, ll in rounds]},
                                         indent=2) + "\n")
     return 0
 

@@ -25,20 +25,30 @@ SHAPES = [(1, 1), (2, 7), (2, 70)]
 
 @contextmanager
 def interpreter():
-    """Run eager MAX work in the interpreter alone.
+    """Run eager MAX work in the interpreter alone, on the CPU in float32.
 
     MAX's default ("composite") executor also starts background compiles that
     compete for the cores; on a 2-core machine the interpreter alone made the
     checks 1.5-2x faster. Scoped, so that code outside the checks (the app's
     bfloat16 weight casts, which the interpreter refuses) keeps the default.
-    An explicit MAX_EAGER_EXECUTOR in the environment wins."""
-    if os.environ.get("MAX_EAGER_EXECUTOR"):
-        yield
-        return
-    from max.experimental.executor import InterpreterExecutor, set_default_executor
+    An explicit MAX_EAGER_EXECUTOR in the environment wins.
 
-    with set_default_executor(InterpreterExecutor()):
-        yield
+    On a machine with a GPU, MAX puts new tensors on the GPU in bfloat16 by
+    default; the checks compare with numpy's float32 on every machine, so
+    the tensors a step creates (a mask, a LayerNorm's weights) are put on the
+    CPU in float32 here, beside the numpy inputs."""
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental.tensor import default_device, default_dtype
+
+    with default_device(CPU()), default_dtype(DType.float32):
+        if os.environ.get("MAX_EAGER_EXECUTOR"):
+            yield
+            return
+        from max.experimental.executor import InterpreterExecutor, set_default_executor
+
+        with set_default_executor(InterpreterExecutor()):
+            yield
 
 
 def build(cls, *args, weights: dict[str, np.ndarray] | None = None, **kwargs):

@@ -4,6 +4,10 @@ speed targets live in the benchmark, not in timed tests)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +17,8 @@ from bench.__main__ import measure_ours, table
 from solutions.solution_01 import GPT2Config
 from weights.checkpoint import expected_shapes
 from weights.synthetic import write_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # The same shape as tests/test_app.py's checkpoint: MAX's disk cache has its graph.
 SIZES = dict(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
@@ -205,6 +211,62 @@ def test_serve_bench_rounds_give_medians_and_each_round_s_ratio():
     assert merged == [row("max-serve", 150.0)]
     assert round_ratios(rounds) == ["8 clients, output tokens/s vs llama-server per round: 0.50 / 0.90 / 1.50 "
                                     "(median 0.90x)"]
+
+
+def test_serve_bench_names_its_baseline():
+    """With --hf-python the baseline is HF's generate in a loop (a GPU has no llama.cpp here)."""
+    from bench.serve import round_ratios
+    from bench.serve import table as serve_table
+
+    def row(tokens_s):
+        return {"concurrency": 1, "requests_per_s": 1.0, "output_tokens_per_s": tokens_s, "ttft_p50_ms": 5.0,
+                "ttft_p99_ms": 9.0}
+
+    text = serve_table([row(300.0)], [row(100.0)], "HF generate, one at a time")
+    assert "tokens/s vs HF generate, one at a time" in text and "| 1 | HF generate, one at a time |" in text
+    assert "3.00x" in text and "llama" not in text
+    assert round_ratios([([row(300.0)], [row(100.0)])], "HF generate")[0].startswith("1 clients, output tokens/s vs HF generate")
+
+
+HF_PYTHON = os.environ.get("GPT2_MAX_HF_PYTHON")
+
+
+@pytest.mark.skipif(not HF_PYTHON, reason="needs an interpreter with torch + transformers: GPT2_MAX_HF_PYTHON")
+def test_the_hf_baselines_run_on_the_demo(tmp_path):
+    """bench/hf_server.py answers bench.serve's streamed requests with HF's
+    greedy text, and bench/hf_logits.py gives the stored reference's logits
+    (the scripts the GPU run uses with --device cuda; here on the CPU)."""
+    from bench.serve import free_port, one_request, wait_ready
+    from weights import load_tokenizer
+
+    demo = ROOT / "weights" / "demo"
+    with np.load(ROOT / "tests" / "reference" / "demo" / "reference.npz") as data:
+        ref = {k: data[k] for k in data.files}
+    np.savez(tmp_path / "in.npz", ids=ref["ids"], prompt=ref["prompt"], new_tokens=ref["greedy"].shape[1])
+    done = subprocess.run([HF_PYTHON, str(ROOT / "bench" / "hf_logits.py"), str(demo), str(tmp_path / "in.npz"),
+                           str(tmp_path / "out.npz")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with np.load(tmp_path / "out.npz") as out:
+        assert np.abs(out["logits"] - ref["logits"]).max() <= 1e-4 * np.abs(ref["logits"]).max()
+        assert (out["greedy"] == ref["greedy"]).all()
+    port = free_port()
+    server = subprocess.Popen([HF_PYTHON, str(ROOT / "bench" / "hf_server.py"), str(demo), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(base, server, 120, "hf_server")
+        tokenizer = load_tokenizer(demo)
+        prompt = tokenizer.decode([int(t) for t in ref["prompt"][0]])
+        answer = one_request(base, "demo", prompt, 8, tokenizer)
+        assert answer["tokens"] == 8 and answer["ttft"] <= answer["seconds"]
+        body = json.dumps({"prompt": prompt, "max_tokens": 8, "temperature": 0}).encode()
+        request = urllib.request.Request(base + "/v1/completions", data=body)
+        with urllib.request.urlopen(request, timeout=60) as r:
+            text = json.loads(r.read())["choices"][0]["text"]
+        assert text == tokenizer.decode([int(t) for t in ref["greedy"][0][:8]])
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
 
 
 def test_serve_bench_fits_its_prompts_to_the_window():
