@@ -93,6 +93,8 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
     out["peak_rss_mb"] = peak_rss_mb()
     out["weights_mb"] = gpt2.weight_bytes / 2**20
     out["rss_per_weight_byte"] = out["peak_rss_mb"] / out["weights_mb"]
+    # Decode at batch 1 reads every weight once per token: how close it runs to the memory's bandwidth.
+    out["weight_gb_s"] = gpt2.weight_bytes * out["decode_tok_s"]["1"] / 1e9 if "1" in out["decode_tok_s"] else None
     return out
 
 
@@ -160,6 +162,7 @@ ROWS = [  # (label, key, sub-key, unit, higher is better)
     ("time to first token", "ttft_ms", None, "ms", False),
     ("start to first token", "start_to_first_token_s", None, "s", False),
     ("peak memory (RSS)", "peak_rss_mb", None, "MB", False),
+    ("weights read, decode batch 1", "weight_gb_s", None, "GB/s", True),
     ("weights", "weights_mb", None, "MB", False),
     ("peak memory / weights", "rss_per_weight_byte", None, "x", False),
 ]

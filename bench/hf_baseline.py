@@ -73,6 +73,9 @@ def main() -> None:
             prefill = timed(synced(lambda: model(ids, use_cache=True)), args.reps)
             out["decode_tok_s"][str(batch)] = batch * (args.new_tokens - 1) / max(total - prefill, 1e-9)
     out["peak_rss_mb"] = peak_rss_mb()
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.parameters())  # the tied head counted once
+    out["weights_mb"] = weight_bytes / 2**20
+    out["weight_gb_s"] = weight_bytes * out["decode_tok_s"]["1"] / 1e9 if "1" in out["decode_tok_s"] else None
     print(json.dumps(out))
 
 
