@@ -53,8 +53,18 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
     }
 
 
+# Logs the stages' programs keep in the project's cache folder (model/caches.py), whose
+# last lines are added to the stage's own log: they stay on the machine otherwise.
+KEPT_LOGS = {"serve": "bench-serve"}
+
+
+def cache() -> Path:
+    """The project's cache folder there (GPT2_MAX_CACHE for every child)."""
+    return kit.home() / "cache"
+
+
 def environment() -> dict[str, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", GPT2_MAX_HF_PYTHON=sys.executable)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", GPT2_MAX_HF_PYTHON=sys.executable, GPT2_MAX_CACHE=str(cache()))
     env["PYTHONPATH"] = os.pathsep.join([str(kit.site()), str(kit.ROOT), *filter(None, [env.get("PYTHONPATH")])])
     return env
 
@@ -85,4 +95,7 @@ def run(names: list[str], device: str = "gpu", logs: Path | None = None) -> int:
                     summary.write(line + "\n")
                 print(line, flush=True)
                 worst = worst or rc
+            for kept in sorted((cache() / KEPT_LOGS[name]).glob("*.log")) if name in KEPT_LOGS else []:
+                tail = kept.read_text(errors="replace").splitlines()[-40:]
+                log.write(f"\n--- the last {len(tail)} lines of {kept} ---\n" + "\n".join(tail) + "\n")
     return worst
