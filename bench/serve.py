@@ -177,7 +177,8 @@ def measure(name: str, command: list[str], model: str, texts, max_tokens, levels
         try:
             ready = wait_ready(base, process, 1800, name)
         except NotReady as exc:
-            raise SystemExit(f"bench.serve: {exc} (log: {log})") from None
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            raise SystemExit(f"bench.serve: {exc}; the last lines of {log}:\n{tail}") from None
         print(f"{name}: ready in {ready:.0f} s (log: {log})", file=sys.stderr)
         rows = []
         for c in levels:

@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     pack.add_argument("--carry-all", action="store_true",
                       help="also carry the packages the GPU machines' image already has")
     pack.add_argument("--piece-mib", type=float, help="piece size (default: what a call leaves beside the tree)")
+    pack.add_argument("--recut", action="store_true",
+                      help="only cut the last pack's archive again (seconds), e.g. after the tree grew")
     verbs.add_parser("receive", help="there: keep this call's piece; unpack MAX once all are in")
     stages = run.stages(sys.executable, "gpu", kit.ROOT)
     go = verbs.add_parser("run", help="there: run stages, logging to $OUT",
@@ -31,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="cpu: try the stages here first, on the CPU (default: gpu)")
     args = p.parse_args(argv)
     if args.verb == "pack":
-        kit.pack(args.carry_all, int(args.piece_mib * 2**20) if args.piece_mib else None)
+        size = int(args.piece_mib * 2**20) if args.piece_mib else None
+        kit.recut(size) if args.recut else kit.pack(args.carry_all, size)
         return 0
     if args.verb == "receive":
         return 0 if kit.receive() else 3

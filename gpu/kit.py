@@ -72,7 +72,7 @@ PLATFORM += [x for tag in ["manylinux_2_%d_x86_64" % n for n in (35, 34, 31, 28,
 PIECE_NAME = re.compile(r"kit-(?P<digest>[0-9a-f]{12})\.tar\.xz\.(?P<number>\d+)-of-(?P<count>\d+)$")
 
 SITECUSTOMIZE = '''\
-"""Loaded by Python at start-up because this folder is on PYTHONPATH (gpu/kit.py).
+"""Loaded by Python at start-up because this folder is on PYTHONPATH (written by gpu/kit.py's unpack).
 
 On Python 3.11/3.12, asyncio.run installs its own SIGINT handler while the
 default one is in place, and MAX's eager calls (which run through asyncio.run)
@@ -91,6 +91,17 @@ if sys.version_info < (3, 13) and threading.current_thread() is threading.main_t
 
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt)
+
+# This file, first on the path, hides any sitecustomize of the interpreter's own: run that too.
+import os
+
+_here = os.path.dirname(os.path.abspath(__file__))
+for _entry in sys.path:
+    _other = os.path.join(os.path.abspath(_entry or "."), "sitecustomize.py")
+    if os.path.dirname(_other) != _here and os.path.isfile(_other):
+        with open(_other) as _f:
+            exec(compile(_f.read(), _other, "exec"), {"__name__": "sitecustomize", "__file__": _other})
+        break
 '''
 
 
@@ -159,6 +170,19 @@ def sha256(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
+def recut(piece_size: int | None = None) -> list[Path]:
+    """Cut the archive the last ``pack`` made again, for a tree that grew
+    (seconds: no download, no compression)."""
+    archive = BUILD / "kit.tar.xz"
+    if not archive.is_file():
+        sys.exit(f"gpu pack --recut: no {archive.relative_to(ROOT)} yet: run python3.13 -m gpu pack")
+    pieces = split(archive, sha256([archive])[:12], piece_size or piece_bytes(), PIECES)
+    print(f"{archive.name} {archive.stat().st_size / 1e6:.0f} MB in {len(pieces)} pieces under "
+          f"{PIECES.relative_to(ROOT)}/, each at most {max(p.stat().st_size for p in pieces) / 2**20:.1f} MiB "
+          f"beside a tree of {tree_bytes() / 2**20:.1f} MiB")
+    return pieces
+
+
 def pack(carry_all: bool = False, piece_size: int | None = None) -> list[Path]:
     """Here: download, install into one folder, compress, cut. Minutes (xz)."""
     wheels = BUILD / "wheels"
@@ -173,17 +197,14 @@ def pack(carry_all: bool = False, piece_size: int | None = None) -> list[Path]:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
                     "--target", str(site), *PLATFORM, *map(str, chosen)], check=True)
     shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts naming this machine's interpreter
-    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     archive = BUILD / "kit.tar.xz"
     with archive.open("wb") as out:  # xz's own threads: 2-4x faster than the lzma module here
         tar = subprocess.Popen(["tar", "-C", str(site), "-cf", "-", "."], stdout=subprocess.PIPE)
         subprocess.run(["xz", "-T0", "-9", "-c"], stdin=tar.stdout, stdout=out, check=True)
         if tar.wait() != 0:
             sys.exit("gpu pack: tar failed")
-    pieces = split(archive, sha256([archive])[:12], piece_size or piece_bytes(), PIECES)
-    print(f"{len(chosen)} wheels, {sum(w.stat().st_size for w in chosen) / 1e6:.0f} MB -> {archive.name} "
-          f"{archive.stat().st_size / 1e6:.0f} MB in {len(pieces)} pieces under {PIECES.relative_to(ROOT)}/")
-    return pieces
+    print(f"{len(chosen)} wheels, {sum(w.stat().st_size for w in chosen) / 1e6:.0f} MB -> {archive.name}")
+    return recut(piece_size)
 
 
 def home() -> Path:
@@ -196,42 +217,58 @@ def site() -> Path:
     return home() / "site"
 
 
-def receive(incoming: Path = PIECES) -> bool:
-    """There: keep the pieces that came with this call; once all of one kit
-    are in, check them and unpack. True when MAX's folder is ready."""
-    kept = home() / "pieces"
-    kept.mkdir(parents=True, exist_ok=True)
-    for piece in sorted(incoming.glob("kit-*")) if incoming.is_dir() else []:
-        if PIECE_NAME.match(piece.name):
-            shutil.copyfile(piece, kept / piece.name)
-    stamp = site() / ".kit"
+def kept_kits(kept: Path) -> dict[str, tuple[int, dict[int, Path]]]:
+    """{digest: (pieces in all, {number: kept piece})} of the pieces in ``kept``."""
     kits: dict[str, tuple[int, dict[int, Path]]] = {}
     for piece in kept.glob("kit-*"):
-        m = PIECE_NAME.match(piece.name)
-        if m:
-            count, parts = kits.setdefault(m["digest"], (int(m["count"]), {}))
-            parts[int(m["number"])] = piece
-    for digest, (count, parts) in kits.items():
+        if m := PIECE_NAME.match(piece.name):
+            kits.setdefault(m["digest"], (int(m["count"]), {}))[1][int(m["number"])] = piece
+    return kits
+
+
+def receive(incoming: Path = PIECES) -> bool:
+    """There: keep the pieces that came with this call; once all of one kit
+    are in, check them and unpack. True when MAX's folder is ready (for the
+    kit this call's piece belongs to, when one came)."""
+    kept = home() / "pieces"
+    fresh = not kept.is_dir()  # nothing kept yet: a new machine
+    kept.mkdir(parents=True, exist_ok=True)
+    arrived = [p for p in sorted(incoming.glob("kit-*")) if PIECE_NAME.match(p.name)] if incoming.is_dir() else []
+    for piece in arrived:
+        shutil.copyfile(piece, kept / piece.name)
+    kits = kept_kits(kept)
+    unpacked = (site() / ".kit").read_text() if (site() / ".kit").is_file() else None
+    if arrived:
+        wanted = [PIECE_NAME.match(arrived[-1].name)["digest"]]
+    else:  # no piece came: report every kit kept, and the unpacked one
+        wanted = [d for d in kits if d != unpacked] or ([unpacked] if unpacked else [])
+    if not wanted:
+        print("no pieces here yet: carry .gpu/kit-<digest>.tar.xz.1-of-N first (python3.13 -m gpu pack makes them)")
+        return False
+    ready = True
+    for digest in wanted:
+        if digest == unpacked:
+            print(f"kit {digest}: unpacked in {site()}")
+            continue
+        count, parts = kits[digest]
         missing = [n for n in range(1, count + 1) if n not in parts]
         if missing:
+            ready = False
             print(f"kit {digest}: {count - len(missing)} of {count} pieces here; still to carry: "
                   + ", ".join(f"kit-{digest}.tar.xz.{n}-of-{count}" for n in missing))
+            if fresh and min(missing) < max(parts):
+                print("this is a new machine (nothing was kept here before this call): the pieces carried "
+                      "earlier went with the machine given back; carry them again")
             continue
         ordered = [parts[n] for n in range(1, count + 1)]
-        if stamp.is_file() and stamp.read_text() == digest:
-            print(f"kit {digest}: already unpacked in {site()}")
-            return True
         if not sha256(ordered).startswith(digest):
-            sys.exit(f"kit {digest}: the pieces joined do not match their checksum; carry them again")
+            for piece in ordered:
+                piece.unlink()
+            sys.exit(f"kit {digest}: the {count} pieces joined do not match their checksum; they were dropped: "
+                     "carry all of them again")
         unpack(ordered, digest)
         print(f"kit {digest}: unpacked into {site()}")
-        return True
-    if stamp.is_file():
-        print(f"kit {stamp.read_text()}: unpacked in {site()}")
-        return True
-    if not kits:
-        print("no pieces here yet: carry .gpu/kit-*.1-of-N first (python3.13 -m gpu pack makes them)")
-    return False
+    return ready
 
 
 class Joined:
@@ -256,6 +293,8 @@ def unpack(pieces: list[Path], digest: str) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     with tarfile.open(fileobj=lzma.LZMAFile(Joined(pieces)), mode="r|") as tar:
         tar.extractall(partial, filter="tar")
+    # Written there, not packed: a change to it needs no new pack.
+    (partial / "sitecustomize.py").write_text(SITECUSTOMIZE)
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     (target / ".kit").write_text(digest)
