@@ -102,4 +102,13 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     return GPT2(config, options, compiled, time.perf_counter() - start, tokenizer, str(folder),
                 quantized_layers=quantized, saved_graph=store.loaded,
                 eos_token_ids=checkpoint.eos_token_ids(with_tokenizer),
-                weight_bytes=sum(a.nbytes for a in {id(a): a for a in weights.values()}.values()))
+                weight_bytes=weight_bytes(weights, placement))
+
+
+def weight_bytes(weights: dict, placement) -> int:
+    """The bytes the graph holds for ``weights`` (each array once): as given,
+    except float32 arrays that a bfloat16 build casts to 2 bytes a value."""
+    arrays = {id(a): a for a in weights.values()}.values()
+    if placement.dtype == "bfloat16":
+        return sum(a.size * 2 if a.dtype.name == "float32" else a.nbytes for a in arrays)
+    return sum(a.nbytes for a in arrays)

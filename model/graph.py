@@ -34,10 +34,12 @@ def build_lm(kit: Course, config, options: BuildOptions):
     quantized placement or float32 on the CPU (``linear_maker``), step 15's
     attention (which keeps its probabilities) where an attention layer is
     asked for, made to keep its cache in place (model/kv_cache.py) unless
-    ``cache="concat"``. The dtype is always set explicitly: MAX's own default
-    depends on the device (bfloat16 where an accelerator is present)."""
+    ``cache="concat"``. The dtype and device are always set explicitly: MAX's
+    own defaults depend on the machine (the accelerator, in bfloat16, where one
+    is present), so a CPU build on a machine with a GPU would otherwise get
+    its parameters on the GPU."""
     from max.experimental import functional as F
-    from max.experimental.tensor import default_dtype
+    from max.experimental.tensor import default_device, default_dtype
 
     layers = {}
     linear = linear_maker(options)
@@ -48,20 +50,20 @@ def build_lm(kit: Course, config, options: BuildOptions):
         attention = in_place(attention, kit.causal_mask)
     if attention is not kit.GPT2MultiHeadAttention:
         layers["attention"] = attention
-    with F.lazy(), default_dtype(options.placement.max_dtype()):
+    with F.lazy(), default_dtype(options.placement.max_dtype()), default_device(options.placement.max_device()):
         return kit.GPT2LMHeadModel(config, **layers)
 
 
 def _outputs(lm, logits, attention_layer: int | None, cache: list = ()) -> tuple:
     """A graph's outputs: the logits (float32), the cache tensors where the
-    cache is not in place, and one layer's attention probabilities, kept by
+    cache is not in place, and one layer's attention probabilities (float32), kept by
     step 15's attention during the call (the other layers' are never
     materialised)."""
     from max.dtype import DType
 
     out = (logits.cast(DType.float32), *cache)
-    if attention_layer is not None:
-        out += (lm.transformer.h[attention_layer].attn.kept.weights,)
+    if attention_layer is not None:  # float32 here, in the graph: bfloat16 on a GPU would need a cast of its own
+        out += (lm.transformer.h[attention_layer].attn.kept.weights.cast(DType.float32),)
     return out
 
 

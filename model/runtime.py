@@ -150,12 +150,7 @@ class GPT2:
 
     @staticmethod
     def _host(b) -> np.ndarray:
-        """A graph output (a driver buffer) as float32 numpy on the host."""
+        """A graph output (a driver buffer, float32: model/graph.py's _outputs) as numpy on the host."""
         from max.driver import CPU
-        from max.dtype import DType
 
-        if b.dtype != DType.float32:  # bfloat16 probabilities on a GPU: cast there
-            from max.experimental.tensor import Tensor
-
-            b = Tensor(storage=b).cast(DType.float32).driver_tensor
         return (b if b.is_host else b.to(CPU())).to_numpy()

@@ -51,3 +51,38 @@ def test_this_machine():
     # What MAX reports here decides `auto`; these CI machines have no GPU.
     count = accelerator_count()
     assert choose("auto", "auto").kind == ("gpu" if count else "cpu")
+
+
+def test_a_build_sets_its_own_dtype_and_device_over_max_s_defaults():
+    """On a machine with a GPU, MAX's defaults for new tensors are the
+    accelerator and bfloat16; a CPU float32 build must not take them. Here the
+    bfloat16 default is set by hand: every parameter is still float32. (The
+    device half needs a machine with a GPU, where the suite's CPU builds
+    exercise it: a CPU is the only device here.)"""
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental.tensor import default_device, default_dtype
+
+    from model.course import course
+    from model.graph import build_lm
+    from model.options import BuildOptions
+    from solutions.solution_01 import GPT2Config
+
+    config = GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=4)
+    with default_dtype(DType.bfloat16), default_device(CPU()):
+        lm = build_lm(course("solutions"), config, BuildOptions(device="cpu", dtype="float32"))
+    kinds = {(str(t.dtype), str(t.device)) for _, t in lm.parameters}
+    assert kinds == {(str(DType.float32), str(CPU()))}
+
+
+def test_weight_bytes_count_what_the_graph_holds():
+    """bfloat16 builds cast float32 arrays to 2 bytes a value (the bench's
+    weights-read figure); a tied array counts once; quantized blocks as they are."""
+    import numpy as np
+
+    from model.gpt2 import weight_bytes
+
+    wte, blocks = np.zeros((10, 4), np.float32), np.zeros(7, np.uint8)
+    weights = {"wte": wte, "lm_head": wte, "q": blocks}
+    assert weight_bytes(weights, Placement("gpu", "bfloat16")) == 80 + 7
+    assert weight_bytes(weights, Placement("cpu", "float32")) == 160 + 7
