@@ -86,3 +86,28 @@ def test_weight_bytes_count_what_the_graph_holds():
     weights = {"wte": wte, "lm_head": wte, "q": blocks}
     assert weight_bytes(weights, Placement("gpu", "bfloat16")) == 80 + 7
     assert weight_bytes(weights, Placement("cpu", "float32")) == 160 + 7
+
+
+def test_bfloat16_weights_are_rounded_as_max_rounds():
+    """A GPU build's weights are cast to bfloat16 in numpy (model/gpt2.py's
+    as_bfloat16), bit for bit as MAX's own cast: ties to even, NaN kept."""
+    import numpy as np
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.graph.buffer_utils import cast_dlpack_to
+
+    from model.gpt2 import as_bfloat16
+
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal(4096) * 10.0 ** rng.integers(-30, 30, 4096)).astype(np.float32)
+    a[:4] = [1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), np.inf]  # two ties (down to even, up to even), -tie, inf
+    a = a.reshape(64, 64)
+    ints = np.zeros(3, np.int64)
+    out = as_bfloat16({"w": a, "tied": a, "ids": ints})
+    assert out["w"] is out["tied"] and out["ids"] is ints
+    mine = np.from_dlpack(out["w"].view(DType.uint16, [64, 64]))
+    maxs = np.from_dlpack(cast_dlpack_to(a, DType.float32, DType.bfloat16, CPU()).view(DType.uint16, [64, 64]))
+    assert (mine == maxs).all()
+    nan = np.array([0x7FC00000, 0x7F800001], np.uint32).view(np.float32)  # a quiet NaN, a signalling one
+    bits = np.from_dlpack(as_bfloat16({"n": nan})["n"].view(DType.uint16, [2]))
+    assert ((bits & 0x7F80) == 0x7F80).all() and (bits & 0x7F).all()  # still NaN, not infinity
