@@ -83,8 +83,9 @@ def main(argv: list[str]) -> int:
     tasks = load_tasks()
     if not argv or argv[0] in ("-h", "--help", "--list"):
         print(__doc__.strip().splitlines()[0] + "\n\nTasks (from pixi.toml):")
+        width = max(map(len, tasks))
         for name, spec in tasks.items():
-            print(f"  {name:<10} {spec.get('description', spec['cmd'])}")
+            print(f"  {name:<{width}}  {spec.get('description', spec['cmd'])}")
         return 0 if argv else 2
     name, extra = argv[0], argv[1:]
     if name not in tasks:

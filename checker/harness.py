@@ -138,6 +138,10 @@ def describe_exception(exc: BaseException, learner_path: Path) -> tuple[str, str
             hint = "replace the `raise NotImplementedError(...)` line with your code"
         return f"{where}this part is still a TODO", hint
     text = str(exc)
+    if isinstance(exc, OverflowError) and "infinity to integer" in text:
+        hint = ("MAX turned float('-inf') into an integer: with plain Python numbers on both sides (as in "
+                "F.where(cond, float('-inf'), 0.0)) it picks an integer dtype. Make at least one a float32 tensor: "
+                "Tensor.full([], float('-inf'), dtype=dtype, device=device)")
     if "Failed to create op" in text and "Diagnostics:" in text:
         hint = _mask_width_hint(text, learner_path) or _shape_hint(text, hint)
         return f"{where}{type(exc).__name__}: {_graph_op_error(text)}", hint
@@ -180,6 +184,10 @@ def _mask_width_hint(text: str, learner_path: Path) -> str | None:
 
 
 def _shape_hint(text: str, default: str) -> str:
+    if "Failed to resolve valid dtype" in text or "Unsafe cast" in text:
+        return ("the op's inputs have different dtypes (the `why` line names them): a length taken from a shape, "
+                "such as x.shape[-1], is an int64 dimension; make it a Python number first (int(x.shape[-1])) "
+                "before it meets a float tensor, or cast a tensor with t.cast(DType.float32)")
     if "MatmulOp" in text or "matmul" in text.lower():
         return ("a matmul's shapes disagree: the last axis of the left must equal the second-to-last of the right "
                 "([.., n, k] @ [.., k, m]); for attention scores transpose the keys, q @ k.transpose(-1, -2)")

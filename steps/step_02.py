@@ -30,7 +30,9 @@ The math
 Useful MAX calls
     ``Tensor.arange(start, stop, dtype=..., device=...)`` counts positions,
     ``t.reshape([n, 1])`` makes a column, comparisons such as ``F.greater(a, b)``
-    broadcast like numpy, and ``F.where(condition, a, b)`` picks elementwise.
+    broadcast like numpy, and ``F.where(condition, a, b)`` picks elementwise
+    (make ``a`` or ``b`` a float32 tensor: given two plain Python numbers it
+    picks an integer dtype, and -inf has no integer).
     Arange-and-compare works even when the lengths are symbolic dimensions
     inside a compiled graph, which is what the KV cache will need.
 

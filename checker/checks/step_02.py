@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from checker import maxrun, oracle
-from checker.harness import Check, CheckFailed, StepContext, assert_close, close
+from checker.harness import Check, CheckFailed, StepContext, assert_close, close, describe_exception
 
 TITLE = "the causal mask"
 USES_MAX = True
@@ -77,6 +77,30 @@ def check_offset(ctx: StepContext) -> None:
         _compare(ctx, seq_len, past_len)
 
 
+def check_symbolic(ctx: StepContext) -> None:
+    """Inside the compiled model the lengths are the input's symbolic
+    dimensions (Dim('seq')), not ints: the mask must be built from them.
+    Traced only (milliseconds), as Module.compile traces it."""
+    from max.dtype import DType
+    from max.experimental import compilation, nn
+    from max.graph import DeviceRef, TensorType
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            return ctx.learner.causal_mask(x.shape[1], x.shape[0])
+
+    try:
+        with maxrun.interpreter():
+            compilation.stage(Probe())(TensorType(DType.float32, ["past", "seq"], device=DeviceRef.CPU()))
+    except Exception as exc:  # noqa: BLE001 - reported as the other checks report the learner's errors
+        message, hint = describe_exception(exc, ctx.learner_path)
+        if "Dim(" in str(exc) or "static dim" in str(exc):  # a length used as a number
+            hint = ("in the compiled model the lengths are symbolic dimensions, not ints: int(), range() or numpy "
+                    "on them fails. Build the mask with tensor ops on them: Tensor.arange for the positions, "
+                    "F.greater to compare, F.where to pick -inf or 0")
+        raise CheckFailed(f"causal_mask(Dim('seq'), Dim('past')) fails to trace:\n{message}", hint) from None
+
+
 CHECKS = [
     Check("shape [seq_len, past_len + seq_len], float32", check_shape,
           "one row per query, one column per key"),
@@ -84,4 +108,6 @@ CHECKS = [
     Check("with past positions (KV cache): (1, 5), (3, 2), (70, 7)", check_offset,
           "key j is visible to query i iff j <= past_len + i"),
     Check("past_len defaults to 0", check_default, "def causal_mask(seq_len, past_len=0, ...)"),
+    Check("symbolic lengths, as in the compiled model", check_symbolic,
+          "build the mask from tensor ops (arange, compare, where), never int() of a length"),
 ]
