@@ -29,8 +29,8 @@ def interpreter():
 
     MAX's default ("composite") executor also starts background compiles that
     compete for the cores; on a 2-core machine the interpreter alone made the
-    checks 1.5-2x faster. Scoped, so that code outside the checks (the app's
-    bfloat16 weight casts, which the interpreter refuses) keeps the default.
+    checks 1.5-2x faster. Scoped, so that code outside the checks keeps MAX's
+    default (the interpreter refuses some of the app's work, bfloat16 casts).
     An explicit MAX_EAGER_EXECUTOR in the environment wins.
 
     On a machine with a GPU, MAX puts new tensors on the GPU in bfloat16 by
