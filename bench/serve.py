@@ -287,37 +287,37 @@ def main(argv: list[str] | None = None) -> int:
                                      *(["--", *args.serve_flag] if args.serve_flag else [])],
                        str(folder), texts, args.max_tokens, levels, tokenizer, logs / "max-serve.log",
                        args.requests_per_client)
-        llama = None
+        theirs = None  # the baseline's rows: llama-server, or HF generate with --hf-python
         try:  # a baseline that does not start loses its column, not this project's figures
             if bin_dir is not None:
                 gguf = gguf_files(Path(bin_dir), folder)["f32"]
-                llama = measure("llama-server", [str(Path(bin_dir) / "llama-server"), "-m", str(gguf), "-t", threads,
-                                                 "--host", "127.0.0.1", "--port", "{port}", "-np", batch,
-                                                 "-c", str(int(batch) * window), "--cont-batching"],
-                                "model", texts, args.max_tokens, levels, tokenizer, logs / "llama-server.log",
-                                args.requests_per_client)
+                theirs = measure("llama-server", [str(Path(bin_dir) / "llama-server"), "-m", str(gguf), "-t", threads,
+                                                  "--host", "127.0.0.1", "--port", "{port}", "-np", batch,
+                                                  "-c", str(int(batch) * window), "--cont-batching"],
+                                 "model", texts, args.max_tokens, levels, tokenizer, logs / "llama-server.log",
+                                 args.requests_per_client)
             if args.hf_python:
                 cuda = args.device == "gpu"
-                llama = measure("hf-generate", [args.hf_python, str(ROOT / "bench" / "hf_server.py"), str(folder),
-                                                "--port", "{port}", "--device", "cuda" if cuda else "cpu",
-                                                "--dtype", "bfloat16" if cuda else "float32"],
-                                str(folder), texts, args.max_tokens, levels, tokenizer, logs / "hf-generate.log",
-                                args.requests_per_client)
+                theirs = measure("hf-generate", [args.hf_python, str(ROOT / "bench" / "hf_server.py"), str(folder),
+                                                 "--port", "{port}", "--device", "cuda" if cuda else "cpu",
+                                                 "--dtype", "bfloat16" if cuda else "float32"],
+                                 str(folder), texts, args.max_tokens, levels, tokenizer, logs / "hf-generate.log",
+                                 args.requests_per_client)
         except SystemExit as exc:
             print(f"{exc}; no baseline this round", file=sys.stderr)
-        rounds.append((ours, llama))
+        rounds.append((ours, theirs))
     ours = merge_rounds([o for o, _ in rounds], key="concurrency")
-    llama = merge_rounds([ll for _, ll in rounds if ll], key="concurrency") or None
+    theirs = merge_rounds([t for _, t in rounds if t], key="concurrency") or None
     precision = "float32" if args.device == "cpu" else "bfloat16 on the GPU"
     print(f"\n{folder.name}, {precision}, {threads} threads, {args.max_tokens} new tokens per request, prompts of "
           f"{'/'.join(map(str, lengths))} tokens\n")
     baseline = "HF generate, one at a time" if args.hf_python else "llama-server"
-    print(table(ours, llama, baseline))
-    if args.rounds > 1 and llama:
+    print(table(ours, theirs, baseline))
+    if args.rounds > 1 and theirs:
         print("\n".join(["", *round_ratios(rounds, baseline)]))
     if args.json:
         key = "hf_generate" if args.hf_python else "llama_server"
-        args.json.write_text(json.dumps({"ours": ours, key: llama, "rounds": [{"ours": o, key: ll} for o, ll in rounds]},
+        args.json.write_text(json.dumps({"ours": ours, key: theirs, "rounds": [{"ours": o, key: t} for o, t in rounds]},
                                         indent=2) + "\n")
     return 0
 
