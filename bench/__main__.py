@@ -237,8 +237,8 @@ def table(ours: list[dict], hf: dict | list[dict] | None, llama: list[dict] | No
     columns = [(f"max {r['dtype']}", r) for r in ours]
     columns += [(f"hf {h.get('dtype', 'float32')}", h) for h in hf or [{"dtype": "float32"}]]
     columns += [(f"llama.cpp {r['dtype']}", r) for r in llama]
-    ratios = [(f"vs hf {r['dtype'][:5]}", r, hf_for(r, hf)) for r in ours if hf_for(r, hf)]
-    ratios += [(f"vs l.cpp {r['dtype'][:5]}", r, by_precision[SAME_PRECISION[r["dtype"]]])
+    ratios = [(f"vs hf {r['dtype']}", r, hf_for(r, hf)) for r in ours if hf_for(r, hf)]
+    ratios += [(f"vs l.cpp {r['dtype']}", r, by_precision[SAME_PRECISION[r["dtype"]]])
                for r in ours if SAME_PRECISION.get(r["dtype"]) in by_precision]
     # Each column as wide as its name needs ("llama.cpp q4_0-pure"), at least 15.
     width = {name: max(15, len(name) + 1) for name, *_ in [*columns, *ratios]}

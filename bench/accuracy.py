@@ -61,11 +61,23 @@ def hf_reference(python: str, name: str, dtype: str, device: str) -> dict:
             return dict(ref, logits=data["logits"], greedy=data["greedy"])
 
 
+def agreement(logits: np.ndarray, reference: np.ndarray) -> dict:
+    """The largest |difference| relative to the largest reference logit, and
+    the share of positions whose argmax agrees."""
+    return {"logit_error": float(np.abs(logits - reference).max() / np.abs(reference).max()),
+            "argmax_agreement": float((logits.argmax(-1) == reference.argmax(-1)).mean())}
+
+
 def measure(name: str, dtype: str, device: str = "cpu", ref: dict | None = None) -> dict:
+    """One precision against ``ref`` (default: the stored HF float32
+    reference). Against a reference computed now, the row also holds this
+    project's logits against the stored one (``vs_stored``): when the two
+    disagree, that says which side moved."""
     from model.gpt2 import BuildOptions, load_gpt2
 
     folder = folder_of(name)
-    ref = ref or stored_reference(name)
+    stored = stored_reference(name)
+    ref = ref or stored
     gpt2 = load_gpt2(folder, BuildOptions(device=device, dtype=dtype), with_tokenizer=False)
     logits = gpt2.forward_logits(ref["ids"])
     prompt, greedy = ref["prompt"], ref["greedy"][0]
@@ -75,12 +87,14 @@ def measure(name: str, dtype: str, device: str = "cpu", ref: dict | None = None)
         out.append(int(step_logits[0].argmax()))
         step_logits, cache = gpt2.step(np.array([[out[-1]]]), cache)
     prefix = next((i for i, (a, b) in enumerate(zip(out, greedy)) if a != b), len(greedy))
-    return {"checkpoint": name, "dtype": dtype, "device": gpt2.placement.kind,
-            "logit_error": float(np.abs(logits - ref["logits"]).max() / np.abs(ref["logits"]).max()),
-            "argmax_agreement": float((logits.argmax(-1) == ref["logits"].argmax(-1)).mean()),
+    row = {"checkpoint": name, "dtype": dtype, "device": gpt2.placement.kind, **agreement(logits, ref["logits"]),
             "teacher_forced_agreement": float((forced.argmax(-1) == greedy).mean()),
             "greedy_equal_prefix": prefix, "greedy_tokens": len(greedy),
             "quantized_layers": gpt2.quantized_layers, "layers": 4 * gpt2.config.n_layer + 1}
+    if ref is not stored:
+        row["vs_stored"] = agreement(logits, stored["logits"])
+        row["reference_vs_stored"] = agreement(ref["logits"], stored["logits"])
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     print("(logit error: largest |difference| / largest |logit|; argmax: positions agreeing; forced: greedy steps "
           "agreeing on the reference's own tokens; greedy prefix: tokens equal before the first difference; quantized: "
           "Linear layers + LM head in the quantized format, the others' widths do not fit its blocks)")
+    for r in (r for r in rows if "vs_stored" in r):
+        ours, theirs = r["vs_stored"], r["reference_vs_stored"]
+        print(f"{r['checkpoint']} {r['dtype']}, each against the stored HF float32 reference: this project "
+              f"{ours['logit_error']:.2%} / argmax {ours['argmax_agreement']:.1%}, {r['reference']} "
+              f"{theirs['logit_error']:.2%} / argmax {theirs['argmax_agreement']:.1%}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

@@ -65,9 +65,9 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
         raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
     name = saved_graphs.graph_name(options, config)
     if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
-        print("compiling the model graph (seconds when MAX's caches are warm; the first time on a machine "
-              "~1-2.5 min on 2 cores, 87-152 s measured for the demo; saved for later runs) ...", file=sys.stderr,
-              flush=True)
+        first = "~1-2.5 min on 2 CPU cores" if placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
+        print(f"compiling the model graph (seconds when MAX's caches are warm; the first time on a machine "
+              f"{first}; saved for later runs) ...", file=sys.stderr, flush=True)
     tokenizer = checkpoint.tokenizer if with_tokenizer else None
     folder = checkpoint.folder
     state = load_state(folder, config, caches.float32_copies(folder))  # every shape verified before building
@@ -97,8 +97,6 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
         from model.graph import compile_graph, wrap
         from model.layers import quantized_that_ran
 
-        if placement.kind != "cpu":
-            lm.to(placement.max_device())
         compiled = compile_graph(wrap(lm, options), config, options, weights, store)
         quantized = quantized_that_ran(lm)
         store.keep({"quantized_layers": quantized, "quantized": specs or {}})

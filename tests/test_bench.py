@@ -62,7 +62,7 @@ def test_table_compares_llama_cpp_at_the_same_weight_format():
     text = table(ours, None, llama)
     header = next(line for line in text.splitlines() if line.startswith("figure"))
     assert "llama.cpp f32" in header and "llama.cpp q8_0" in header
-    assert "vs l.cpp floa" in header and "vs l.cpp q6_k" not in header  # llama.cpp has no q6_k here
+    assert "vs l.cpp float32" in header and "vs l.cpp q6_k" not in header  # llama.cpp has no q6_k here
     decode = next(line for line in text.splitlines() if line.startswith("decode, batch 1"))
     assert decode.split()[-1] == "0.50x"  # 60 / 120 tok/s
     prefill = next(line for line in text.splitlines() if line.startswith("prefill 16"))
