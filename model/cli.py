@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
 
-from model.device import DEVICES, DTYPES, DeviceError
+from model.device import DEVICES, DTYPES, DeviceError, auto_note
 from model.options import LINEARS
 from model.sampling import Sampling
 
@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {message}", file=err)
         return EXIT_USAGE
     if not (args.quiet or args.json):
+        if note := auto_note(args.device):
+            print(f"[{note}]", file=err)
         quantized = f" ({gpt2.quantized_layers} layers quantized)" if gpt2.placement.quantization else ""
         print(f"[{args.model} ({args.impl}) on {gpt2.placement.kind}, {gpt2.placement.dtype}{quantized}: loaded in "
               f"{time.perf_counter() - start:.1f} s, of which {'loading the saved graph' if gpt2.saved_graph else 'compile'} "

@@ -18,6 +18,11 @@ q4_0's weights are packed in bands of rows whose height MAX's own Q4_0
 kernel fixes per target (twice its float32 vector width: 32 rows with
 AVX-512, 16 with AVX2, 8 on Arm); ``q4_0_band()`` says which, and the op
 reads any of them (it calls MAX's kernel only for the band that kernel reads).
+
+Both follow the CPU the kernels are compiled for: this one, unless MAX was
+told to compile for another (``max.driver.set_virtual_cpu_target``, as
+model/targets.py does); then ``compiled_for()`` reads that target's
+architecture and features from its name.
 """
 
 from __future__ import annotations
@@ -56,13 +61,58 @@ def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
+# What LLVM's named x86-64 levels guarantee, as /proc/cpuinfo names the features.
+X86_LEVELS = {"x86-64": (), "generic": (), "x86-64-v2": ("sse4_2",), "x86-64-v3": ("sse4_2", "avx2", "fma"),
+              "x86-64-v4": ("sse4_2", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd")}
+
+
+def virtual_target() -> str:
+    """The CPU MAX compiles for when told to compile for another one
+    (``set_virtual_cpu_target``), else "" (this CPU). MAX is not imported for
+    this: a process that has not imported it has set no target."""
+    import sys
+
+    if "max" not in sys.modules:
+        return ""
+    from max import driver
+
+    return driver.get_virtual_cpu_target()
+
+
+def target_features(target: str) -> tuple[bool, frozenset[str]]:
+    """(is it x86-64, its features as /proc/cpuinfo names them) for a
+    virtual CPU target: an LLVM CPU name (``x86-64-v3``) or MAX's descriptor
+    (``triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4;features=+avx512vnni``).
+    Only the x86-64 levels are known by name; another x86 CPU name is
+    refused rather than guessed."""
+    fields = dict(part.split("=", 1) for part in target.split(";")) if "=" in target else {"cpu": target}
+    triple = fields.get("triple", platform.machine() + "-")
+    x86 = triple.split("-")[0].lower() in ("x86_64", "amd64")
+    if not x86:
+        return False, frozenset()
+    name = fields.get("cpu", "generic")
+    if name not in X86_LEVELS:
+        raise ValueError(f"CPU target {target!r}: name an x86-64 level ({', '.join(X86_LEVELS)}) and its extra "
+                         "features (features=+avx512vnni): model/cpu.py cannot tell this CPU's features from its name")
+    added = {f.lstrip("+").replace("avx512vnni", "avx512_vnni") for f in fields.get("features", "").split(",")
+             if f.startswith("+")}
+    return True, frozenset(X86_LEVELS[name]) | added
+
+
+def compiled_for() -> tuple[bool, frozenset[str]]:
+    """(x86-64?, features) of the CPU the kernels are compiled for."""
+    target = virtual_target()
+    return target_features(target) if target else (is_x86(), flags())
+
+
 def native_path(cpu_flags: frozenset[str] | None = None) -> str:
-    """The path ``auto`` resolves to on this CPU (what isa.mojo's resolved()
-    picks from MAX's compile target)."""
-    cpu_flags = flags() if cpu_flags is None else cpu_flags
-    if is_x86() and {"avx512f", "avx512_vnni"} <= cpu_flags:
+    """The path ``auto`` resolves to for the CPU the kernels are compiled for
+    (what isa.mojo's resolved() picks from MAX's compile target), or for a
+    CPU with ``cpu_flags``."""
+    x86, cpu_flags = compiled_for() if cpu_flags is None else (is_x86(), cpu_flags)
+    if x86 and {"avx512f", "avx512_vnni"} <= cpu_flags:
         return "avx512-vnni"
-    if is_x86() and "avx2" in cpu_flags:
+    if x86 and "avx2" in cpu_flags:
         return "avx2"
     return "portable"
 
@@ -98,13 +148,16 @@ def kernel_path(path: str | None = None) -> str:
 
 def q4_0_band(cpu_flags: frozenset[str] | None = None) -> int:
     """Rows per band of the q4_0 layout MAX's Q4_0 kernel reads on this CPU:
-    twice its float32 vector width (Mojo's simd_width_of[float32])."""
-    cpu_flags = flags() if cpu_flags is None else cpu_flags
-    if is_x86():
+    twice its float32 vector width (Mojo's simd_width_of[float32]), for the
+    CPU the kernels are compiled for, or for a CPU with ``cpu_flags``."""
+    x86, cpu_flags = compiled_for() if cpu_flags is None else (is_x86(), cpu_flags)
+    if x86:
         return 32 if "avx512f" in cpu_flags else 16
     return 8  # Arm: 128-bit NEON
 
 
 def describe() -> str:
-    """One line for logs and saved graphs' names: the CPU's kernel path and q4_0 band."""
-    return f"{platform.machine()} {native_path()} q4_0-band-{q4_0_band()}"
+    """One line for logs and saved graphs' names: the kernel path and q4_0
+    band of the CPU compiled for (and its name, when it is not this one)."""
+    target = virtual_target()
+    return f"{platform.machine()} {native_path()} q4_0-band-{q4_0_band()}" + (f" target {target}" if target else "")

@@ -8,7 +8,7 @@ float32), and CPUs without AVX512-BF16 ran bf16 matmuls 5x slower than fp32.
 ``--dtype q8_0``, ``q6_k``, ``q4_0`` and ``q4_0m`` are the CPU's reduced precisions
 instead: 8-, 6- or 4-bit weights (GGUF Q8_0 / Q6_K / Q4_0, see
 model/quantize.py) with float32 activations, CPU only. Every precision runs
-right on every x86-64 CPU (AVX-512 or AVX2 only) and on Arm: the kernels
+right on every x86-64 CPU (AVX-512 or AVX2 only) and compiles for Arm: the kernels
 pick their instructions from the CPU (model/cpu.py), and a kernel path
 forced with ``GPT2_MAX_KERNEL_PATH`` that the CPU cannot execute is refused
 with one line naming the missing feature.
@@ -16,6 +16,7 @@ with one line naming the missing feature.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from model.errors import DeviceError
@@ -59,6 +60,21 @@ def accelerator_count() -> int:
         return 0
 
 
+def apple_gpu_untried() -> bool:
+    """On macOS: no Apple GPU has run this project's graph yet (and MAX has no
+    compile-only Metal target to check it with), so ``auto`` takes the CPU
+    there, as Modular's own GPT-2 course does."""
+    return sys.platform == "darwin"
+
+
+def auto_note(device: str) -> str | None:
+    """A line for the user when ``--device auto`` passed over a GPU, else None."""
+    if device == "auto" and apple_gpu_untried():
+        return ("--device auto takes the CPU on macOS: no Apple GPU has run this graph yet "
+                "(--device gpu tries it; docs/platforms.md)")
+    return None
+
+
 def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None = None) -> Placement:
     """Resolve ``--device`` and ``--dtype`` into a concrete placement."""
     if device not in DEVICES:
@@ -67,6 +83,8 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
         raise DeviceError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     if accelerators is None:
         accelerators = accelerator_count() if device != "cpu" else 0
+    if device == "auto" and apple_gpu_untried():
+        accelerators = 0  # the CPU until a Mac's GPU has run this graph (auto_note says so)
     if device == "gpu" and accelerators == 0:
         raise DeviceError("--device gpu: MAX sees no accelerator on this machine (use --device cpu or auto)")
     kind = "gpu" if device == "gpu" or (device == "auto" and accelerators > 0) else "cpu"

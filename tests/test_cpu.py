@@ -72,3 +72,27 @@ def test_a_saved_graph_is_named_for_the_cpu_it_was_compiled_on(monkeypatch):
     xeon = saved_graphs.graph_name(options, config)
     monkeypatch.setattr(cpu, "describe", lambda: "x86_64 avx2 q4_0-band-16")
     assert saved_graphs.graph_name(options, config) != xeon
+
+
+def test_a_virtual_cpu_target_is_read_by_its_name():
+    assert cpu.target_features("x86-64-v3") == (True, frozenset({"sse4_2", "avx2", "fma"}))
+    x86, features = cpu.target_features("triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4;features=+avx512vnni")
+    assert x86 and {"avx512f", "avx512_vnni", "avx2"} <= features
+    assert cpu.target_features("triple=aarch64-unknown-linux-gnu;cpu=neoverse-n1") == (False, frozenset())
+    assert cpu.target_features("triple=arm64-apple-darwin;cpu=apple-m1") == (False, frozenset())
+    with pytest.raises(ValueError, match="x86-64 level"):
+        cpu.target_features("skylake")  # its features are not guessed from its name
+
+
+@pytest.mark.parametrize("target, path, band", [
+    ("x86-64-v3", "avx2", 16),
+    ("triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4;features=+avx512vnni", "avx512-vnni", 32),
+    ("triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4", "avx2", 32),  # AVX-512 without VNNI, as Skylake-X
+    ("triple=aarch64-unknown-linux-gnu;cpu=neoverse-n1", "portable", 8),
+])
+def test_kernel_path_and_q4_0_band_follow_the_compile_target(monkeypatch, target, path, band):
+    """A graph compiled for another CPU packs q4_0 in that CPU's band and
+    names it in its saved graph's name, whatever this CPU is."""
+    monkeypatch.setattr(cpu, "virtual_target", lambda: target)
+    assert (cpu.native_path(), cpu.q4_0_band()) == (path, band)
+    assert cpu.describe().endswith(f"{path} q4_0-band-{band} target {target}")

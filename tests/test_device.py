@@ -111,3 +111,16 @@ def test_bfloat16_weights_are_rounded_as_max_rounds():
     nan = np.array([0x7FC00000, 0x7F800001], np.uint32).view(np.float32)  # a quiet NaN, a signalling one
     bits = np.from_dlpack(as_bfloat16({"n": nan})["n"].view(DType.uint16, [2]))
     assert ((bits & 0x7F80) == 0x7F80).all() and (bits & 0x7F).all()  # still NaN, not infinity
+
+
+def test_auto_takes_the_cpu_on_macos_and_says_so(monkeypatch):
+    """No Apple GPU has run the graph: auto passes it over there (an explicit
+    --device gpu still asks MAX); elsewhere auto takes a GPU it sees."""
+    from model import device
+
+    monkeypatch.setattr(device.sys, "platform", "darwin")
+    assert device.choose("auto", "auto", accelerators=1) == device.Placement("cpu", "float32")
+    assert device.choose("gpu", "auto", accelerators=1) == device.Placement("gpu", "bfloat16")
+    assert "macOS" in device.auto_note("auto") and device.auto_note("cpu") is None
+    monkeypatch.setattr(device.sys, "platform", "linux")
+    assert device.choose("auto", "auto", accelerators=1).kind == "gpu" and device.auto_note("auto") is None

@@ -1,0 +1,27 @@
+"""model/doctor.py: the lines a bug report asks for, on any machine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from model import doctor
+
+
+def test_doctor_names_what_a_bug_report_needs():
+    done = subprocess.run([sys.executable, "-m", "model.doctor"], cwd=doctor.__file__.rsplit("/model/", 1)[0],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    keys = [line.split("  ", 1)[0].strip() for line in done.stdout.splitlines()]
+    assert keys == ["python", "system", "max", "transformers", "cpu", "kernel path", "gpus", "--device auto",
+                    "project cache", "MAX cache", "platform"]
+    assert "26.7.0" in done.stdout and "q4_0-band-" in done.stdout
+
+
+def test_an_unknown_platform_is_called_untested(monkeypatch):
+    monkeypatch.setattr(doctor.platform, "system", lambda: "FreeBSD")
+    assert dict(doctor.lines())["platform"].startswith("untested")
+
+
+def test_sizes_read_as_people_write_them():
+    assert [doctor.human(n) for n in (12, 1_500, 2_000_000, 3_400_000_000)] == ["12 B", "1.5 KB", "2.0 MB", "3.4 GB"]

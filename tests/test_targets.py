@@ -1,0 +1,48 @@
+"""model/targets.py: the app's graph compiled, never run, for hardware that
+is not here: an NVIDIA GPU (sm_90a), and the x86-64 kernel path this CPU
+does not run (AVX2, or AVX-512 + VNNI), each through MAX's virtual targets
+in a process of its own: `python -m model.targets --ci`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from model import targets
+
+
+def compile_plan(tmp_path, *args) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    out = tmp_path / "targets.json"
+    done = subprocess.run([sys.executable, "-m", "model.targets", *args, "--json", str(out)], cwd=targets.ROOT,
+                          capture_output=True, text=True, timeout=3600)
+    return done, json.loads(out.read_text()) if out.is_file() else []
+
+
+def test_the_ci_targets_compile(tmp_path):
+    """The demo for an H100/H200 in bfloat16, and for the x86-64 kernel path
+    this CPU does not run (AVX2-only or AVX-512 + VNNI) in float32 and q4_0:
+    compiled, on any machine."""
+    done, rows = compile_plan(tmp_path, "--ci")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    plan = targets.ci_plan()
+    assert {(r["target"], r["dtype"]) for r in rows} == {(t, d) for t, ds in plan.items() for d in ds}
+    assert "sm_90a" in plan and ({"x86-64-v3", "x86-64-v4-vnni"} & set(plan))
+    assert all(r["compiled"] for r in rows)
+    assert f"{len(rows)} of {len(rows)} compiled" in done.stdout
+
+
+def test_a_target_that_fails_is_named_with_its_first_error_line(tmp_path):
+    """q8_0 on a GPU is refused before any compile: the line says why, the
+    run fails, and the rest of the plan still reports."""
+    done, rows = compile_plan(tmp_path, "sm_90a", "--dtypes", "q8_0")
+    assert done.returncode == 1
+    [row] = rows
+    assert not row["compiled"] and "runs on the CPU only" in row["detail"]
+    assert "FAILED" in done.stdout and "0 of 1 compiled" in done.stdout
+
+
+def test_every_target_is_described_in_the_help():
+    help_text = subprocess.run([sys.executable, "-m", "model.targets", "--help"], cwd=targets.ROOT,
+                               capture_output=True, text=True, timeout=120).stdout
+    assert all(name in help_text and t.means in help_text for name, t in targets.TARGETS.items())
