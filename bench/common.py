@@ -1,5 +1,6 @@
-"""What several bench entry points share: the random checkpoints they measure,
-and how rounds of figures are merged and their ratios printed.
+"""What several bench entry points share: the random checkpoints they measure
+(model/caches.py writes them), and how rounds of figures are merged and
+their ratios printed.
 
 (``python -m bench``, ``bench.memory``, ``bench.profile_decode`` and
 ``bench.serve`` import these from here, not from one another.)
@@ -8,29 +9,8 @@ and how rounds of figures are merged and their ratios printed.
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
-from model import caches
-
-
-def random_checkpoint(size: str) -> Path:
-    """A random checkpoint of a GPT-2 size, with GPT-2's tokenizer files (the
-    memory bench and the GGUF export read them), written once."""
-    from solutions.solution_01 import GPT2Config
-    from weights.synthetic import copy_gpt2_tokenizer, write_checkpoint
-
-    folder = caches.folder(f"bench-{size}-random")
-    if not (folder / "model.safetensors").is_file():
-        c = GPT2Config.from_name(size)
-        sizes = dict(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd, n_layer=c.n_layer,
-                     n_head=c.n_head)
-        print(f"writing a random {size} checkpoint to {folder} (once)", file=sys.stderr)
-        write_checkpoint(folder, sizes, seed=0, tokenizer=True)
-    elif not (folder / "vocab.json").is_file():  # written by an earlier version without them
-        copy_gpt2_tokenizer(folder)
-    return folder
-
+from model.caches import random_checkpoint  # noqa: F401  (the bench's modules import it from here)
 
 PER_PROCESS = ("compile_s", "load_s", "start_to_first_token_s", "peak_rss_mb", "rss_per_weight_byte")
 

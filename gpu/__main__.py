@@ -24,6 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     pack.add_argument("--piece-mib", type=float, help="piece size (default: what a call leaves beside the tree)")
     pack.add_argument("--recut", action="store_true",
                       help="only cut the last pack's archive again (seconds), e.g. after the tree grew")
+    pack.add_argument("--lean", action="store_true",
+                      help="fewer pieces: all but the last cut to travel beside the lean tree (python -m gpu lean "
+                           "before their calls, python -m gpu whole before the last's)")
+    verbs.add_parser("lean", help="here: leave the checkpoints, reference data and docs out of what travels "
+                                  "(for the calls that only carry a piece)")
+    verbs.add_parser("whole", help="here: undo lean (before the last piece's call, which runs the stages)")
     verbs.add_parser("receive", help="there: keep this call's piece; unpack MAX once all are in")
     stages = run.stages(sys.executable, "gpu", kit.ROOT)
     go = verbs.add_parser("run", help="there: run stages, logging to $OUT",
@@ -34,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.verb == "pack":
         size = int(args.piece_mib * 2**20) if args.piece_mib else None
-        kit.recut(size) if args.recut else kit.pack(args.carry_all, size)
+        kit.recut(size, args.lean) if args.recut else kit.pack(args.carry_all, size, args.lean)
+        return 0
+    if args.verb in ("lean", "whole"):
+        print(kit.lean() if args.verb == "lean" else kit.whole())
         return 0
     if args.verb == "receive":
         return 0 if kit.receive() else 3

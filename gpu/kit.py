@@ -129,36 +129,92 @@ def carried(wheels: list[Path], carry_all: bool = False) -> list[Path]:
     return [w for w in wheels if carry_all or wheel_name(w) not in IMAGE_HAS or wheel_name(w) in CARRIED_ANYWAY]
 
 
-def tree_bytes() -> int:
+# What the calls before the last may leave behind, since only `receive` runs in
+# them: the checkpoints, the reference data and the docs, 29 of the tree's
+# 30 MB. `lean` takes them out of what travels, `whole` puts them back.
+LEAN_LEFT_OUT = ("weights", "tests/reference", "docs")
+LEAN_MARK = "# python -m gpu lean: left out of the calls before the last piece's (python -m gpu whole undoes it)"
+
+
+def git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, check=check)
+
+
+def tree_bytes(lean: bool = False) -> int:
     """What every call carries before any piece: tracked files and untracked
-    files git does not ignore."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.split(b"\0")
-    return sum((ROOT / os.fsdecode(p)).stat().st_size for p in listed if p and (ROOT / os.fsdecode(p)).is_file())
+    files git does not ignore (with ``lean``, less LEAN_LEFT_OUT)."""
+    listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard").stdout.split(b"\0")
+    paths = [os.fsdecode(p) for p in listed if p]
+    if lean:
+        paths = [p for p in paths if not any(p == d or p.startswith(d + "/") for d in LEAN_LEFT_OUT)]
+    return sum((ROOT / p).stat().st_size for p in paths if (ROOT / p).is_file())
 
 
-def piece_bytes() -> int:
-    room = CALL_LIMIT - tree_bytes() - MARGIN
-    if room < 4 * 2**20:
-        sys.exit(f"gpu pack: the working tree leaves {room / 2**20:.1f} MiB of a call's 64 MiB for a piece; "
+def room(tree: int) -> int:
+    """What a call leaves for a piece beside ``tree`` bytes of tree."""
+    left = CALL_LIMIT - tree - MARGIN
+    if left < 4 * 2**20:
+        sys.exit(f"gpu pack: the working tree leaves {left / 2**20:.1f} MiB of a call's 64 MiB for a piece; "
                  "make it smaller first (git ls-files | xargs du -b | sort -n | tail)")
-    return room
+    return left
 
 
-def split(archive: Path, digest: str, size: int, into: Path) -> list[Path]:
-    """Cut ``archive`` into files of at most ``size`` bytes named
-    kit-<digest>.tar.xz.<i>-of-<n>; earlier pieces in ``into`` are removed."""
+def piece_sizes(total: int, lean: bool = False, size: int | None = None) -> list[int]:
+    """How to cut ``total`` bytes: pieces that each fit beside the whole tree;
+    with ``lean``, all but the last beside the lean tree (python -m gpu lean)
+    and the last beside the whole one, since the stages run in its call."""
+    whole = size or room(tree_bytes())
+    first = room(tree_bytes(lean=True)) if lean else whole
+    sizes = []
+    while total > whole:
+        sizes.append(min(first, total))
+        total -= sizes[-1]
+    return sizes + [total]
+
+
+def split(archive: Path, digest: str, size: int | list[int], into: Path) -> list[Path]:
+    """Cut ``archive`` into files of ``size`` bytes (the last one less), or
+    of the sizes listed, named kit-<digest>.tar.xz.<i>-of-<n>; earlier pieces
+    in ``into`` are removed."""
     into.mkdir(parents=True, exist_ok=True)
     for old in into.glob("kit-*"):
         old.unlink()
-    count = -(-archive.stat().st_size // size)
+    total = archive.stat().st_size
+    sizes = size if isinstance(size, list) else [size] * -(-total // size)
     pieces = []
     with archive.open("rb") as source:
-        for number in range(1, count + 1):
-            piece = into / f"kit-{digest}.tar.xz.{number}-of-{count}"
-            piece.write_bytes(source.read(size))
+        for number, chunk in enumerate(sizes, 1):
+            piece = into / f"kit-{digest}.tar.xz.{number}-of-{len(sizes)}"
+            piece.write_bytes(source.read(chunk))
             pieces.append(piece)
     return pieces
+
+
+def lean() -> str:
+    """Take LEAN_LEFT_OUT out of what travels (out of git's index, into
+    .git/info/exclude); the files stay where they are."""
+    exclude = ROOT / ".git" / "info" / "exclude"
+    kept = exclude.read_text() if exclude.is_file() else ""
+    if LEAN_MARK not in kept:  # else lean already
+        if git("diff", "--cached", "--quiet", "--", *LEAN_LEFT_OUT, check=False).returncode != 0:
+            sys.exit(f"gpu lean: changes to {', '.join(LEAN_LEFT_OUT)} are staged; commit or unstage them first")
+        git("rm", "-r", "-q", "--cached", "--", *LEAN_LEFT_OUT)
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        exclude.write_text(kept + ("" if not kept or kept.endswith("\n") else "\n") + LEAN_MARK + "\n"
+                           + "".join(f"/{d}/\n" for d in LEAN_LEFT_OUT))
+    return f"the tree that travels: {tree_bytes() / 2**20:.1f} MiB (python -m gpu whole before the last piece's call)"
+
+
+def whole() -> str:
+    """Undo ``lean``: LEAN_LEFT_OUT back in git's index, the exclude file as it was."""
+    exclude = ROOT / ".git" / "info" / "exclude"
+    text = exclude.read_text() if exclude.is_file() else ""
+    if LEAN_MARK in text:
+        before, after = text.split(LEAN_MARK + "\n", 1)
+        rest = after.splitlines(keepends=True)[len(LEAN_LEFT_OUT):]
+        exclude.write_text(before + "".join(rest))
+        git("reset", "-q", "--", *LEAN_LEFT_OUT)
+    return f"the tree that travels: {tree_bytes() / 2**20:.1f} MiB"
 
 
 def sha256(paths: list[Path]) -> str:
@@ -170,20 +226,23 @@ def sha256(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
-def recut(piece_size: int | None = None) -> list[Path]:
+def recut(piece_size: int | None = None, lean: bool = False) -> list[Path]:
     """Cut the archive the last ``pack`` made again, for a tree that grew
     (seconds: no download, no compression)."""
     archive = BUILD / "kit.tar.xz"
     if not archive.is_file():
         sys.exit(f"gpu pack --recut: no {archive.relative_to(ROOT)} yet: run python3.13 -m gpu pack")
-    pieces = split(archive, sha256([archive])[:12], piece_size or piece_bytes(), PIECES)
+    sizes = piece_sizes(archive.stat().st_size, lean, piece_size)
+    pieces = split(archive, sha256([archive])[:12], sizes, PIECES)
+    beside = (f"the first {len(pieces) - 1} beside the lean tree ({tree_bytes(lean=True) / 2**20:.1f} MiB: "
+              "python -m gpu lean), the last beside the whole one" if lean and len(pieces) > 1 else "each beside the tree")
     print(f"{archive.name} {archive.stat().st_size / 1e6:.0f} MB in {len(pieces)} pieces under "
-          f"{PIECES.relative_to(ROOT)}/, each at most {max(p.stat().st_size for p in pieces) / 2**20:.1f} MiB "
-          f"beside a tree of {tree_bytes() / 2**20:.1f} MiB")
+          f"{PIECES.relative_to(ROOT)}/ of at most {max(p.stat().st_size for p in pieces) / 2**20:.1f} MiB, {beside} "
+          f"({tree_bytes() / 2**20:.1f} MiB)")
     return pieces
 
 
-def pack(carry_all: bool = False, piece_size: int | None = None) -> list[Path]:
+def pack(carry_all: bool = False, piece_size: int | None = None, lean: bool = False) -> list[Path]:
     """Here: download, install into one folder, compress, cut. Minutes (xz)."""
     wheels = BUILD / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -204,7 +263,7 @@ def pack(carry_all: bool = False, piece_size: int | None = None) -> list[Path]:
         if tar.wait() != 0:
             sys.exit("gpu pack: tar failed")
     print(f"{len(chosen)} wheels, {sum(w.stat().st_size for w in chosen) / 1e6:.0f} MB -> {archive.name}")
-    return recut(piece_size)
+    return recut(piece_size, lean)
 
 
 def home() -> Path:

@@ -138,7 +138,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--head", default="all", help="a head number from 0, or 'all' for a grid (default: all)")
     p.add_argument("--out", type=Path, help="where to write the PNG (default: attention-L<layer>-<head>.png)")
     p.add_argument("--device", default="auto", choices=DEVICES,
-                   help="auto takes a GPU when MAX sees one, as generate does (default: auto)")
+                   help="auto takes a GPU when MAX sees one (the CPU on macOS), as generate does (default: auto)")
     p.add_argument("--impl", default="solutions", choices=("solutions", "steps"),
                    help="whose attention: the reference solutions, or your own steps/ (01-11 and 15)")
     return p

@@ -5,7 +5,8 @@
         float32-copies/<key>/        a checkpoint's transposed / converted arrays
         quantized/<key>/             a checkpoint's quantized blocks (model/quantize.py)
         kernels/                     model/kernels compiled into a Mojo library
-        bench-checkpoints/ ...       what the bench makes (bench/common.py)
+        bench-<size>-random/         random checkpoints of GPT-2's sizes (random_checkpoint: the bench, the targets check)
+        targets/modular/             MAX's cache for builds for other machines (model/targets.py)
 
 Delete the folder to free the space; nothing in it is needed to run, only
 to start faster. ``GPT2_MAX_SAVED_GRAPHS=0`` keeps nothing (saved graphs,
@@ -42,6 +43,35 @@ def root() -> Path:
 def enabled() -> bool:
     """Whether graphs, copies and quantized blocks are kept between runs."""
     return os.environ.get(SAVED_GRAPHS, "1") != "0"
+
+
+def max_cache() -> Path:
+    """MAX's own cache folder (compiled kernels and graphs): where MAX 26.7
+    puts it by default, or $MODULAR_CACHE_DIR."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "modular"
+    return Path(os.environ.get("MODULAR_CACHE_DIR", default))
+
+
+def random_checkpoint(size: str) -> Path:
+    """A random checkpoint of a GPT-2 size (gpt2, gpt2-medium, gpt2-large,
+    gpt2-xl), with GPT-2's tokenizer files, written once: the bench's
+    weights (speed does not depend on the values) and the targets check's
+    shapes."""
+    import sys
+
+    from solutions.solution_01 import GPT2Config
+    from weights.synthetic import copy_gpt2_tokenizer, write_checkpoint
+
+    place = folder(f"bench-{size}-random")
+    if not (place / "model.safetensors").is_file():
+        c = GPT2Config.from_name(size)
+        sizes = dict(vocab_size=c.vocab_size, n_positions=c.n_positions, n_embd=c.n_embd, n_layer=c.n_layer,
+                     n_head=c.n_head)
+        print(f"writing a random {size} checkpoint to {place} (once)", file=sys.stderr)
+        write_checkpoint(place, sizes, seed=0, tokenizer=True)
+    elif not (place / "vocab.json").is_file():  # written by an earlier version without them
+        copy_gpt2_tokenizer(place)
+    return place
 
 
 def folder(kind: str) -> Path:

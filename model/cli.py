@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
                    help="stop a prompt's text at TEXT (repeatable); <|endoftext|> always stops")
     p.add_argument("--seed", type=int, default=None, help="random seed, for reproducible samples")
     p.add_argument("--device", default="auto", choices=DEVICES,
-                   help="auto takes a GPU when MAX sees one (default: auto)")
+                   help="auto takes a GPU when MAX sees one (the CPU on macOS, where no Apple GPU has run the graph yet; default: auto)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto: float32 on CPU, bfloat16 on GPU; bfloat16 is GPU-only; q6_k / q4_0: 6- or 4-bit "
                         "weights on the CPU, ~3x faster decoding, text close to but not equal to float32's; q8_0: 8-bit "
@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     except (WeightsError, ContextError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
+    if (note := auto_note(args.device)) and not (args.quiet or args.json):
+        print(f"[{note}]", file=err)
     try:
         options = BuildOptions(impl=args.impl, device=args.device, dtype=args.dtype, linear=args.linear)
         gpt2 = load_gpt2(checkpoint, options)
@@ -169,8 +171,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {message}", file=err)
         return EXIT_USAGE
     if not (args.quiet or args.json):
-        if note := auto_note(args.device):
-            print(f"[{note}]", file=err)
         quantized = f" ({gpt2.quantized_layers} layers quantized)" if gpt2.placement.quantization else ""
         print(f"[{args.model} ({args.impl}) on {gpt2.placement.kind}, {gpt2.placement.dtype}{quantized}: loaded in "
               f"{time.perf_counter() - start:.1f} s, of which {'loading the saved graph' if gpt2.saved_graph else 'compile'} "

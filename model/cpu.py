@@ -81,22 +81,24 @@ def virtual_target() -> str:
 
 def target_features(target: str) -> tuple[bool, frozenset[str]]:
     """(is it x86-64, its features as /proc/cpuinfo names them) for a
-    virtual CPU target: an LLVM CPU name (``x86-64-v3``) or MAX's descriptor
-    (``triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4;features=+avx512vnni``).
+    virtual CPU target: an x86-64 level (``x86-64-v3``) or MAX's descriptor
+    (``triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4;features=+avx512vnni,-avx512f``).
     Only the x86-64 levels are known by name; another x86 CPU name is
     refused rather than guessed."""
-    fields = dict(part.split("=", 1) for part in target.split(";")) if "=" in target else {"cpu": target}
-    triple = fields.get("triple", platform.machine() + "-")
-    x86 = triple.split("-")[0].lower() in ("x86_64", "amd64")
-    if not x86:
+    parts = [part.strip() for part in target.split(";") if part.strip()]
+    fields = dict(part.split("=", 1) if "=" in part else ("cpu", part) for part in parts)
+    name = fields.get("cpu", "generic").strip()
+    triple = fields.get("triple", "x86_64-" if name in X86_LEVELS else platform.machine() + "-")
+    if triple.split("-")[0].lower() not in ("x86_64", "amd64"):
         return False, frozenset()
-    name = fields.get("cpu", "generic")
     if name not in X86_LEVELS:
         raise ValueError(f"CPU target {target!r}: name an x86-64 level ({', '.join(X86_LEVELS)}) and its extra "
                          "features (features=+avx512vnni): model/cpu.py cannot tell this CPU's features from its name")
-    added = {f.lstrip("+").replace("avx512vnni", "avx512_vnni") for f in fields.get("features", "").split(",")
-             if f.startswith("+")}
-    return True, frozenset(X86_LEVELS[name]) | added
+    spelled = {"avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16", "sse4.2": "sse4_2", "avxvnni": "avx_vnni"}
+    changes = [f.strip() for f in fields.get("feature", fields.get("features", "")).split(",") if f.strip()]
+    named = lambda f: spelled.get(f[1:], f[1:])  # noqa: E731
+    features = set(X86_LEVELS[name]) | {named(f) for f in changes if f.startswith("+")}
+    return True, frozenset(features - {named(f) for f in changes if f.startswith("-")})
 
 
 def compiled_for() -> tuple[bool, frozenset[str]]:
@@ -151,9 +153,11 @@ def q4_0_band(cpu_flags: frozenset[str] | None = None) -> int:
     twice its float32 vector width (Mojo's simd_width_of[float32]), for the
     CPU the kernels are compiled for, or for a CPU with ``cpu_flags``."""
     x86, cpu_flags = compiled_for() if cpu_flags is None else (is_x86(), cpu_flags)
-    if x86:
-        return 32 if "avx512f" in cpu_flags else 16
-    return 8  # Arm: 128-bit NEON
+    if x86 and "avx512f" in cpu_flags:
+        return 32
+    if x86 and {"avx", "avx2"} & cpu_flags:
+        return 16
+    return 8  # 128-bit vectors: Arm's NEON, x86 below AVX
 
 
 def describe() -> str:

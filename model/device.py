@@ -61,9 +61,10 @@ def accelerator_count() -> int:
 
 
 def apple_gpu_untried() -> bool:
-    """On macOS: no Apple GPU has run this project's graph yet (and MAX has no
-    compile-only Metal target to check it with), so ``auto`` takes the CPU
-    there, as Modular's own GPT-2 course does."""
+    """On macOS: no Apple GPU has run this project's graph yet, and MAX 26.7
+    cannot compile for one without it ("Metal virtual device mode not yet
+    implemented"), so ``auto`` takes the CPU there, as Modular's own GPT-2
+    course (max-llm-book) does on macOS."""
     return sys.platform == "darwin"
 
 
@@ -81,10 +82,10 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
         raise DeviceError(f"--device {device!r}: choose one of {', '.join(DEVICES)}")
     if dtype not in DTYPES:
         raise DeviceError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
-    if accelerators is None:
-        accelerators = accelerator_count() if device != "cpu" else 0
     if device == "auto" and apple_gpu_untried():
         accelerators = 0  # the CPU until a Mac's GPU has run this graph (auto_note says so)
+    if accelerators is None:
+        accelerators = accelerator_count() if device != "cpu" else 0
     if device == "gpu" and accelerators == 0:
         raise DeviceError("--device gpu: MAX sees no accelerator on this machine (use --device cpu or auto)")
     kind = "gpu" if device == "gpu" or (device == "auto" and accelerators > 0) else "cpu"

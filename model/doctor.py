@@ -6,6 +6,7 @@ the cache folders and their sizes, and how far this platform is proven
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import os
 import platform
@@ -14,7 +15,8 @@ from pathlib import Path
 
 # How far each platform is proven; docs/platforms.md holds the evidence.
 SUPPORT = {
-    ("Linux", "x86_64"): "supported: CI runs the whole suite on x86-64 Linux (AVX-512 and AVX2-only CPUs)",
+    ("Linux", "x86_64"): "supported: CI runs the whole suite on x86-64 Linux; both kernel paths (AVX-512 + VNNI, "
+                         "AVX2) are compiled in every run and have run",
     ("Linux", "aarch64"): "compiled, not run: the targets check compiles the graph for Neoverse N1; no Arm "
                           "machine has run it",
     ("Darwin", "arm64"): "compiled, not run: the targets check compiles the CPU's graph for Apple M1; no Mac "
@@ -34,10 +36,10 @@ def folder_size(folder: Path) -> int:
 
 
 def human(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
+    """Bytes as people write them (1000 to the kilobyte, as du -h --si)."""
+    for power, unit in ((9, "GB"), (6, "MB"), (3, "KB")):
+        if round(n / 10 ** power, 1) >= 1:
+            return f"{n / 10 ** power:.1f} {unit}"
     return f"{n} B"
 
 
@@ -73,11 +75,10 @@ def lines() -> list[tuple[str, str]]:
         auto = f"{placement.kind}, {placement.dtype}" + (f" ({note})" if (note := auto_note("auto")) else "")
     except DeviceError as exc:
         auto = f"refused: {exc}"
-    modular = Path(os.environ.get("MODULAR_CACHE_DIR")
-                   or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "modular")
+    modular = caches.max_cache()
     ours = caches.root()
     parts = ", ".join(f"{p.name} {human(folder_size(p))}" for p in sorted(ours.iterdir()) if p.is_dir()) \
-        if ours.is_dir() else "empty"
+        if ours.is_dir() else ""
     system = (platform.system(), platform.machine())
     return [
         ("python", f"{platform.python_version()} ({sys.executable})"),
@@ -98,7 +99,9 @@ def lines() -> list[tuple[str, str]]:
     ]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(prog="python -m model.doctor", description=__doc__.split("\n\n")[0].replace("\n", " ")
+                            .replace("``", "")).parse_args(argv)
     rows = lines()
     width = max(len(k) for k, _ in rows)
     for key, value in rows:

@@ -137,7 +137,7 @@ def compile_graph(graph, config, options: BuildOptions, weights: dict, store):
     start = time.perf_counter()
     try:
         compiled = graph.compile(ids_type, positions_type, *cache_types,
-                                 weights=weights, auto_cast=placement.dtype == "bfloat16", name=store.name,
+                                 weights=weights, name=store.name,
                                  session=store.session)
     except BaseException:
         store.discard()

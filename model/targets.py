@@ -1,10 +1,6 @@
 """``python -m model.targets`` (``pixi run targets``): compile the app's graph,
 without running it, for hardware that is not here: NVIDIA GPUs, other
-x86-64 CPUs, Arm.
-
-    python -m model.targets                  # every target, every precision, the demo's shapes
-    python -m model.targets --ci             # what CI compiles on every run
-    python -m model.targets sm_80 aarch64 --model gpt2 --dtypes float32
+x86-64 CPUs, Arm (``--help`` has examples).
 
 MAX compiles for a machine it does not run on when told so before any
 device exists: a virtual GPU (``set_virtual_device_api`` / ``_target_arch``
@@ -31,11 +27,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import textwrap
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from model.device import DTYPES, QUANTIZED_DTYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,20 +54,20 @@ class Target:
 
 
 GPU_DTYPES = ("float32", "bfloat16")
-CPU_DTYPES = ("float32", "q8_0", "q6_k", "q4_0", "q4_0m")
+CPU_DTYPES = ("float32", *QUANTIZED_DTYPES)
 
 TARGETS = {
     "sm_90a": Target("NVIDIA H100 / H200 (Hopper)", gpu="sm_90a"),
     "sm_80": Target("NVIDIA A100 (Ampere)", gpu="sm_80"),
     "sm_89": Target("NVIDIA L4, RTX 40 series (Ada)", gpu="sm_89"),
-    "x86-64-v3": Target("x86-64 with AVX2 + FMA: the avx2 kernel path", cpu="x86-64-v3"),
+    "x86-64-v3": Target("x86-64 with AVX2 + FMA: the avx2 kernel path", cpu="triple=x86_64-unknown-linux-gnu;cpu=x86-64-v3"),
     "x86-64-v4-vnni": Target("x86-64 with AVX-512 + VNNI: the avx512-vnni kernel path",
                              cpu="triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4;features=+avx512vnni"),
     "aarch64": Target("Arm Linux (Neoverse N1: AWS Graviton2, Ampere Altra): the portable path",
                       cpu="triple=aarch64-unknown-linux-gnu;cpu=neoverse-n1"),
     "apple-m1": Target("Apple silicon's CPU (macOS): the portable path", cpu="triple=arm64-apple-darwin;cpu=apple-m1"),
 }
-
+SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # --model: random checkpoints of GPT-2's sizes
 
 
 def ci_plan() -> dict[str, tuple[str, ...]]:
@@ -80,25 +82,18 @@ def ci_plan() -> dict[str, tuple[str, ...]]:
     other = "x86-64-v3" if cpu.native_path() == "avx512-vnni" else "x86-64-v4-vnni"
     return {"sm_90a": ("bfloat16",), other: ("float32", "q4_0")}
 
-MODELS = {"demo": ROOT / "weights" / "demo"}  # and "gpt2": a random checkpoint of GPT-2 124M's shapes
-
 
 def checkpoint(model: str) -> Path:
     """The checkpoint whose shapes are compiled: the bundled demo, a random
-    one of GPT-2 124M's shapes (written once into the cache folder), or a
-    folder."""
-    if model in MODELS:
-        return MODELS[model]
-    if model == "gpt2":
-        from model import caches
-        from weights.synthetic import write_checkpoint
+    one of a GPT-2 size (gpt2 is 124M; written once into the cache folder),
+    or a folder."""
+    if model in SIZES:
+        from model.caches import random_checkpoint
 
-        sizes = {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12}
-        folder = caches.root() / "targets" / "gpt2-random"
-        if not (folder / "model.safetensors").is_file():
-            write_checkpoint(folder.with_name(folder.name + ".partial"), sizes).rename(folder)
-        return folder
-    return Path(model)
+        return random_checkpoint(model)
+    from weights import resolve_model
+
+    return Path(resolve_model(model))
 
 
 def first_error_line(exc: BaseException) -> str:
@@ -137,51 +132,91 @@ def compile_one(name: str, dtypes: list[str], model: str) -> int:
 
 
 def environment() -> dict[str, str]:
-    """A child's: nothing saved, MAX's cache for other machines kept apart."""
-    from model import caches
+    """A child's: nothing saved, MAX's cache for other machines kept apart,
+    and no kernel path forced (each target's own is the one to check)."""
+    from model import caches, cpu
 
     env = dict(os.environ, GPT2_MAX_SAVED_GRAPHS="0", PYTHONUNBUFFERED="1")
-    env["MODULAR_CACHE_DIR"] = str(caches.root() / "targets" / "modular")
+    env.pop(cpu.ENV, None)
+    env["MODULAR_CACHE_DIR"] = str(caches.folder("targets") / "modular")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     return env
 
 
-def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float) -> list[dict]:
-    """Each target in a process of its own; its lines printed as they come."""
-    rows = []
-    print(f"{'target':<16}{'precision':<11}{'model':<7}result", flush=True)
-    for name, dtypes in plan.items():
-        command = [sys.executable, "-m", "model.targets", "--one", name, "--model", model, "--dtypes", *dtypes]
+def compile_target(name: str, dtypes: tuple[str, ...], model: str, timeout: float) -> list[dict]:
+    """One target's process; its rows printed as they come. A process that
+    ends early (a crash, a signal, the timeout) fails the rows it did not
+    report, naming why."""
+    command = [sys.executable, "-m", "model.targets", "--one", name, "--model", model, "--dtypes", *dtypes]
+    rows, why = [], None
+    with tempfile.TemporaryFile("w+") as errors:
+        child = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=errors,
+                                 text=True, start_new_session=True)  # its own group: a timeout stops its compilers too
+
+        def stop() -> None:
+            nonlocal why
+            why = f"stopped after {timeout:g} s"
+            os.killpg(child.pid, signal.SIGKILL)
+
+        timer = threading.Timer(timeout, stop)
+        timer.start()
         try:
-            done = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True,
-                                  timeout=timeout)
-            found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-            tail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        except subprocess.TimeoutExpired:
-            found, tail = [], f"stopped after {timeout:.0f} s"
-        for dtype in dtypes[len(found):]:  # the process died (a crash, a signal) before these
-            found.append({"target": name, "dtype": dtype, "model": model, "compiled": False, "seconds": None,
-                          "detail": f"the compiling process ended: {tail}"[:300]})
-        for row in found:
-            took = f"compiled in {row['seconds']:.1f} s" if row["compiled"] else "FAILED"
-            detail = f" ({row['detail']})" if row["detail"] and row["compiled"] else (f": {row['detail']}" if row["detail"] else "")
-            print(f"{row['target']:<16}{row['dtype']:<11}{row['model']:<7}{took}{detail}", flush=True)
-        rows += found
+            for line in child.stdout:
+                if line.startswith("{"):
+                    rows.append(json.loads(line))
+                    show(rows[-1])
+            child.wait()
+        finally:
+            timer.cancel()
+        errors.seek(0)
+        why = why or (errors.read().strip().splitlines() or [f"exit {child.returncode}"])[-1]
+    for dtype in dtypes[len(rows):]:
+        rows.append({"target": name, "dtype": dtype, "model": model, "compiled": False, "seconds": None,
+                     "detail": f"the compiling process ended: {why}"[:300]})
+        show(rows[-1])
     return rows
 
 
+def show(row: dict) -> None:
+    result = f"compiled in {row['seconds']:.1f} s" if row["compiled"] else "FAILED"
+    if row["detail"]:
+        result += f" ({row['detail']})" if row["compiled"] else f": {row['detail']}"
+    print(f"{row['target']:<16}{row['dtype']:<11}{result}", flush=True)
+
+
+def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float) -> list[dict]:
+    """Each target in a process of its own."""
+    print(f"model: {model}\n{'target':<16}{'precision':<11}result", flush=True)
+    return [row for name, dtypes in plan.items() for row in compile_target(name, dtypes, model, timeout)]
+
+
+USAGE = """\
+examples:
+  python -m model.targets                  every target, every precision, the demo's shapes
+  python -m model.targets --ci             what CI compiles on every run
+  python -m model.targets sm_80 aarch64 --model gpt2 --dtypes float32
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m model.targets", description=__doc__.split("\n\n")[0],
-                                epilog="targets:\n" + "\n".join(f"  {n:<16}{t.means}" for n, t in TARGETS.items())
-                                + "\n\n" + __doc__.split("\n\n", 2)[2],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("targets", nargs="*", metavar="TARGET", help="targets to compile (default: all; see below)")
-    p.add_argument("--dtypes", nargs="+", help="precisions (default: float32 and bfloat16 on GPUs; float32 and "
-                                               "every quantized precision on CPUs)")
-    p.add_argument("--model", default="demo", help="demo (default), gpt2 (GPT-2 124M's shapes) or a checkpoint folder")
-    p.add_argument("--ci", action="store_true", help="what CI compiles: sm_90a in bfloat16, and the x86-64 "
-                                                         "kernel path this CPU does not run in float32 and q4_0")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per target before it counts as failed")
+    plan_ci = ", ".join(f"{n} ({' '.join(d)})" for n, d in ci_plan().items())
+    p = argparse.ArgumentParser(
+        prog="python -m model.targets", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(width=88, text="Compile the app's graph, without running it, for hardware that is not here (MAX's virtual "
+                    "targets): NVIDIA GPUs, x86-64 CPUs with and without AVX-512, Arm. One line per target and "
+                    "precision: the time it took, or the compiler's first error line. It catches what the compiler "
+                    "sees (a missing kernel or dtype, PTX or Arm code generation, this project's kernels), not "
+                    "wrong numbers. Nothing is saved for later runs. docs/platforms.md."),
+        epilog=USAGE + "\ntargets:\n" + "\n".join(f"  {n:<16}{t.means}" for n, t in TARGETS.items()))
+    p.add_argument("targets", nargs="*", metavar="TARGET", help="targets to compile (default: all; listed below)")
+    p.add_argument("--dtypes", nargs="+", choices=[d for d in DTYPES if d != "auto"], metavar="DTYPE",
+                   help="precisions: " + ", ".join(d for d in DTYPES if d != "auto") + " (default: float32 and "
+                        "bfloat16 on GPUs; float32 and every quantized precision on CPUs)")
+    p.add_argument("--model", default="demo", help="demo (default), gpt2 (GPT-2 124M's shapes, a random checkpoint "
+                                                   "written once), gpt2-medium/-large/-xl, or a checkpoint folder")
+    p.add_argument("--ci", action="store_true", help=f"what CI compiles on this machine: {plan_ci}")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per target before it counts as failed "
+                                                               "(default: 1800)")
     p.add_argument("--json", type=Path, help="also write the results there")
     p.add_argument("--one", metavar="TARGET", help=argparse.SUPPRESS)  # the child: one target, JSON lines
     args = p.parse_args(argv)
@@ -190,12 +225,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.targets if n not in TARGETS]
     if unknown:
         p.error(f"unknown target {', '.join(unknown)}; targets: {', '.join(TARGETS)}")
-    if args.ci:
-        plan = ci_plan()
-    else:
-        names = args.targets or list(TARGETS)
-        plan = {n: tuple(args.dtypes) if args.dtypes else TARGETS[n].dtypes for n in names}
-    rows = run(plan, args.model, args.timeout)
+    if args.ci and (args.targets or args.dtypes):
+        p.error("--ci names its own targets and precisions; give either --ci or TARGET/--dtypes")
+    model = args.model
+    if model != "demo" and model not in SIZES:
+        if not Path(model).is_dir():
+            p.error(f"--model {model}: no such folder (demo, {', '.join(SIZES)} or a folder)")
+        model = str(Path(model).resolve())  # the children run from the repository root
+    plan = ci_plan() if args.ci else {n: tuple(args.dtypes) if args.dtypes else TARGETS[n].dtypes
+                                      for n in args.targets or TARGETS}
+    rows = run(plan, model, args.timeout)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     failed = [r for r in rows if not r["compiled"]]

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="port of the Prometheus /metrics endpoint, on --host (default: MAX's, 8001, or "
                         "$MAX_SERVE_METRICS_ENDPOINT_PORT); two servers on one machine need two")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
-                   help="auto: a GPU when one is visible, else the CPU")
+                   help="auto: a GPU when MAX sees one (not yet on macOS), else the CPU")
     p.add_argument("--max-batch-size", type=int, default=8,
                    help="sequences decoded together (continuous batching); the KV cache is sized for "
                         "this many full windows (default 8). Changing it recompiles the graph once.")
@@ -84,11 +84,11 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     config = read_config(folder)  # refuses, by name, what this project cannot run as HF does
     if args.max_length is not None and not 1 <= args.max_length <= config.n_positions:
         raise SystemExit(f"serve: --max-length must be 1..{config.n_positions} (this model's n_positions)")
-    device = args.device
-    if device == "auto":
-        from model.device import accelerator_count
+    from model.device import auto_note, choose
 
-        device = "gpu" if accelerator_count() else "cpu"
+    device = choose(args.device).kind  # auto: a GPU when MAX sees one, except on macOS (model/device.py)
+    if note := auto_note(args.device):
+        print(f"serve: {note}", file=sys.stderr)
     # What the engine's process builds (serve/model_config.py reads it back):
     # float32 on the CPU, bfloat16 on a GPU, the --impl and --linear asked for,
     # and with --echo a network that returns every position's logits. Not

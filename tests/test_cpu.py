@@ -80,8 +80,18 @@ def test_a_virtual_cpu_target_is_read_by_its_name():
     assert x86 and {"avx512f", "avx512_vnni", "avx2"} <= features
     assert cpu.target_features("triple=aarch64-unknown-linux-gnu;cpu=neoverse-n1") == (False, frozenset())
     assert cpu.target_features("triple=arm64-apple-darwin;cpu=apple-m1") == (False, frozenset())
+    # A feature taken away, spaces and an empty part, as a hand-written descriptor may have them.
+    x86, features = cpu.target_features(" triple=x86_64-unknown-linux-gnu; cpu=x86-64-v4 ;features=+avx512vnni,-avx512f;")
+    assert x86 and "avx512_vnni" in features and "avx512f" not in features
     with pytest.raises(ValueError, match="x86-64 level"):
-        cpu.target_features("skylake")  # its features are not guessed from its name
+        cpu.target_features("triple=x86_64-unknown-linux-gnu;cpu=skylake")  # its features are not guessed from its name
+
+
+def test_an_x86_64_level_is_x86_on_any_host(monkeypatch):
+    """On an Arm host (or a Mac), a bare level still names an x86-64 CPU."""
+    monkeypatch.setattr(cpu.platform, "machine", lambda: "aarch64")
+    assert cpu.target_features("x86-64-v3") == (True, frozenset({"sse4_2", "avx2", "fma"}))
+    assert cpu.target_features("neoverse-n1") == (False, frozenset())
 
 
 @pytest.mark.parametrize("target, path, band", [
@@ -89,6 +99,7 @@ def test_a_virtual_cpu_target_is_read_by_its_name():
     ("triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4;features=+avx512vnni", "avx512-vnni", 32),
     ("triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4", "avx2", 32),  # AVX-512 without VNNI, as Skylake-X
     ("triple=aarch64-unknown-linux-gnu;cpu=neoverse-n1", "portable", 8),
+    ("triple=x86_64-unknown-linux-gnu;cpu=x86-64-v2", "portable", 8),  # SSE: 4 float lanes
 ])
 def test_kernel_path_and_q4_0_band_follow_the_compile_target(monkeypatch, target, path, band):
     """A graph compiled for another CPU packs q4_0 in that CPU's band and

@@ -98,9 +98,46 @@ def test_a_damaged_piece_is_refused_not_unpacked(there):
 @pytest.mark.skipif(not sorted(kit.PIECES.glob("kit-*")), reason="no pieces packed here (python3.13 -m gpu pack)")
 @pytest.mark.skipif(not (kit.ROOT / ".git").exists(), reason="the tree's size is read from git, absent here")
 def test_each_packed_piece_fits_a_call_beside_the_tree():
-    """Run before spending device time: a tree that grew since `pack` needs `pack --recut`."""
-    largest = max(p.stat().st_size for p in kit.PIECES.glob("kit-*"))
-    assert kit.tree_bytes() + largest <= kit.CALL_LIMIT, "the tree grew: python3.13 -m gpu pack --recut"
+    """Run before spending device time: a tree that grew since `pack` needs
+    `pack --recut`. Pieces cut with --lean: all but the last beside the lean
+    tree, the last beside the whole one."""
+    pieces = sorted(kit.PIECES.glob("kit-*"), key=lambda p: int(kit.PIECE_NAME.match(p.name)["number"]))
+    *first, last = [p.stat().st_size for p in pieces]
+    assert kit.tree_bytes() + last <= kit.CALL_LIMIT, "the tree grew: python3.13 -m gpu pack --recut"
+    beside = kit.tree_bytes() if all(kit.tree_bytes() + n <= kit.CALL_LIMIT for n in first) else kit.tree_bytes(lean=True)
+    assert all(beside + n <= kit.CALL_LIMIT for n in first), "the tree grew: python3.13 -m gpu pack --recut [--lean]"
+
+
+def test_lean_pieces_leave_the_last_to_fit_beside_the_whole_tree(monkeypatch):
+    monkeypatch.setattr(kit, "tree_bytes", lambda lean=False: (0.9 if lean else 29.2) * 2**20)  # as on 2026-11-26
+    sizes = kit.piece_sizes(204_000_000, lean=True)
+    whole, first = kit.room(29.2 * 2**20), kit.room(0.9 * 2**20)
+    assert sizes[:-1] == [first] * (len(sizes) - 1) and 0 < sizes[-1] <= whole and sum(sizes) == 204_000_000
+    assert len(sizes) == 4 and len(kit.piece_sizes(204_000_000)) == 6  # the 2026-11-26 run's kit
+
+
+def test_lean_leaves_the_big_folders_out_of_what_travels_and_whole_puts_them_back(tmp_path, monkeypatch):
+    import subprocess
+
+    repo = tmp_path / "repo"
+    for path in ("weights/demo/model.safetensors", "docs/a.md", "tests/reference/r.npz", "gpu/kit.py"):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_bytes(b"x" * 1000)
+    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "tree")
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "exclude").write_text("/mine/")  # the user's own line, no newline at the end
+    monkeypatch.setattr(kit, "ROOT", repo)
+    assert kit.tree_bytes() == 4000
+    kit.lean()
+    kit.lean()  # twice is once
+    assert kit.tree_bytes() == 1000 and (repo / "weights/demo/model.safetensors").is_file()
+    kit.whole()
+    assert kit.tree_bytes() == 4000
+    assert (repo / ".git" / "info" / "exclude").read_text() == "/mine/\n"
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
 
 
 def test_what_is_carried():

@@ -33,13 +33,20 @@ def test_the_ci_targets_compile(tmp_path):
 
 
 def test_a_target_that_fails_is_named_with_its_first_error_line(tmp_path):
-    """q8_0 on a GPU is refused before any compile: the line says why, the
-    run fails, and the rest of the plan still reports."""
-    done, rows = compile_plan(tmp_path, "sm_90a", "--dtypes", "q8_0")
+    """Quantized weights on a GPU are refused before any compile: each row
+    says why, one failure does not stop the next row, and the run fails."""
+    done, rows = compile_plan(tmp_path, "sm_90a", "--dtypes", "q8_0", "q4_0")
     assert done.returncode == 1
-    [row] = rows
-    assert not row["compiled"] and "runs on the CPU only" in row["detail"]
-    assert "FAILED" in done.stdout and "0 of 1 compiled" in done.stdout
+    assert [(r["dtype"], r["compiled"]) for r in rows] == [("q8_0", False), ("q4_0", False)]
+    assert all("runs on the CPU only" in r["detail"] for r in rows)
+    assert done.stdout.count("FAILED") == 2 and "0 of 2 compiled" in done.stdout
+
+
+def test_a_target_past_its_time_fails_its_rows_and_says_so(tmp_path):
+    done, rows = compile_plan(tmp_path, "x86-64-v3", "--dtypes", "float32", "q4_0", "--timeout", "0.5")
+    assert done.returncode == 1
+    assert [(r["dtype"], r["compiled"]) for r in rows] == [("float32", False), ("q4_0", False)]
+    assert all("stopped after 0.5 s" in r["detail"] for r in rows)
 
 
 def test_every_target_is_described_in_the_help():
