@@ -74,7 +74,8 @@ def ensure_venv() -> None:
     )
     if done.returncode != 0:
         print(done.stdout + done.stderr, file=sys.stderr)
-        raise SystemExit(f"tasks.py: installing the dependencies failed (pip exit {done.returncode}); pip's output is above")
+        raise SystemExit(f"tasks.py: installing the dependencies failed (pip exit {done.returncode}); "
+                         "pip's output is above")
     print(f"tasks.py: dependencies installed in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     STAMP.write_text(want + "\n")
 

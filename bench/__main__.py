@@ -43,9 +43,9 @@ PROCESS_START = time.perf_counter()
 
 import numpy as np  # noqa: E402
 
+from bench.common import PER_PROCESS, merge_rounds, random_checkpoint, spread  # noqa: E402,F401
 from bench.measure import peak_rss_mb, timed  # noqa: E402
 from model.device import DTYPES, QUANTIZED_DTYPES  # noqa: E402
-from bench.common import PER_PROCESS, merge_rounds, random_checkpoint, spread  # noqa: E402,F401
 from model.options import LINEARS  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -256,7 +256,8 @@ def table(ours: list[dict], hf: dict | list[dict] | None, llama: list[dict] | No
             row += f"{x:>{width[name] - 1}.2f}x" if x is not None else f"{'-':>{width[name]}}"
         lines.append(row)
     lines.append("(ratios: how many times faster this project is; above 1 it wins. llama.cpp is compared at the "
-                 "same weight format: float32 with f32, q8_0 with q8_0, q4_0 with q4_0 --pure, q4_0m with its default q4_0)" if llama else
+                 "same weight format: float32 with f32, q8_0 with q8_0, q4_0 with q4_0 --pure, q4_0m with its "
+                 "default q4_0)" if llama else
                  "(ratios: how many times faster this project is; above 1 it wins)")
     return "\n".join(lines)
 
@@ -268,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="gpt2", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"],
                    help="GPT-2 shape of the random checkpoint (default: gpt2, 124M)")
     p.add_argument("--dtypes", nargs="+", default=None, choices=[d for d in DTYPES if d != "auto"],
-                   help="this project's precisions to measure (default: float32 q8_0 q6_k q4_0 q4_0m on the CPU; bfloat16 needs "
-                        "--device gpu)")
+                   help="this project's precisions to measure (default: float32 q8_0 q6_k q4_0 q4_0m on the CPU; "
+                        "bfloat16 needs --device gpu)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu", "auto"])
     p.add_argument("--reps", type=int, default=3, help="repetitions per figure; medians are reported (default: 3)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens per decode run (default: 128)")

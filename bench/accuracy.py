@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             row = measure(name, dtype, args.device, ref)
             row["reference"] = f"hf {dtype} on {args.device}, now" if same else "hf float32 on cpu, stored"
             rows.append(row)
-    print(f"{'checkpoint':<15}{'dtype':<9}{'logit error':>12}{'argmax':>9}{'forced':>9}{'greedy prefix':>15}{'quantized':>12}")
+    print(f"{'checkpoint':<15}{'dtype':<9}{'logit error':>12}{'argmax':>9}{'forced':>9}"
+          f"{'greedy prefix':>15}{'quantized':>12}")
     for r in rows:
         print(f"{r['checkpoint']:<15}{r['dtype']:<9}{r['logit_error']:>11.2%}{r['argmax_agreement']:>9.1%}"
               f"{r['teacher_forced_agreement']:>9.1%}{r['greedy_equal_prefix']:>9} of {r['greedy_tokens']}"

@@ -49,7 +49,8 @@ def serve(folder: str, port: int, device: str, dtype: str) -> None:
             request = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
             ids = tokenizer(request["prompt"], return_tensors="pt").input_ids.to(device)
             temperature = float(request.get("temperature", 1.0))
-            sampling = dict(do_sample=True, temperature=temperature, top_k=0) if temperature > 0 else dict(do_sample=False)
+            sampling = (dict(do_sample=True, temperature=temperature, top_k=0) if temperature > 0
+                        else dict(do_sample=False))
             streamer = TextIteratorStreamer(tokenizer, skip_prompt=True)
             with one_at_a_time:
                 result = {}
@@ -68,11 +69,13 @@ def serve(folder: str, port: int, device: str, dtype: str) -> None:
                     self.end_headers()
                     for text in streamer:
                         if text:
-                            self.wfile.write(f"data: {json.dumps({'choices': [{'index': 0, 'text': text}]})}\n\n".encode())
+                            chunk = {"choices": [{"index": 0, "text": text}]}
+                            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                             self.wfile.flush()
                     worker.join()
                     usage = {"completion_tokens": int(result["ids"].shape[1] - ids.shape[1])}
-                    self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
+                    last = {"choices": [], "usage": usage}
+                    self.wfile.write(f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode())
                 else:
                     text = "".join(streamer)
                     worker.join()

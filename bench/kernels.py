@@ -10,7 +10,8 @@ weights read, and the ratio), then the Q8_0 kernel on the same shapes
 (int8 codes + float16 scales in 8-row tiles, 61 MB), the Q4_0 op
 (model/kernels/q4_0.mojo) and MAX's own Q4_0 kernel (``vroom_q4_0_matmul``,
 what F.qmatmul runs, here without its repack op) on the same packed blocks
-(32 MB) with their ratio, and each result's largest difference from numpy. ``--hot`` uses two weight matrices 12 times each, so the weights
+(32 MB) with their ratio, and each result's largest difference from numpy.
+``--hot`` uses two weight matrices 12 times each, so the weights
 sit in the CPU's cache: a kernel as fast there as out of it is limited by
 its instructions, not by memory. ``--chain`` feeds each matmul from the one
 before, as in the model, where independent ones may overlap. ``--epilogue``
@@ -95,7 +96,8 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
             if kind.startswith("q4_0"):  # Q4_0 blocks in MAX's packed layout, rows padded to 32
                 weights.append(np.empty((padded_rows(out_dim), in_dim // 32 * 18), np.uint8))
             elif per == 2:
-                weights += [np.empty((tiles, in_dim * Q8_0_TILE), np.int8), np.empty((tiles, in_dim * Q8_0_TILE // 32), np.float16)]
+                weights += [np.empty((tiles, in_dim * Q8_0_TILE), np.int8),
+                            np.empty((tiles, in_dim * Q8_0_TILE // 32), np.float16)]
             else:
                 weights.append(np.empty((out_dim, in_dim), np.float32))
     types = [TensorType(DType.float32, [rows, shapes[0][1]], device=cpu)]
@@ -175,7 +177,8 @@ def library_at(rev: str) -> Path:
     folder = KERNELS.relative_to(ROOT).as_posix()
     # Named by MAX's version too, as kernel_library's are (a library compiled by another MAX does
     # not load), without dots: the compiler takes the module's name from the file's.
-    library = caches.folder("kernels") / f"then_{sha[:12]}_max{importlib.metadata.version('max').replace('.', '_')}.mojoc"
+    max_version = importlib.metadata.version("max").replace(".", "_")
+    library = caches.folder("kernels") / f"then_{sha[:12]}_max{max_version}.mojoc"
     if library.is_file():
         return library
     with tempfile.TemporaryDirectory() as tmp:
@@ -223,8 +226,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from model.cpu import q4_0_band
     from model.layers.custom_op import kernel_library
-    from model.quantize import (dequantize_q4_0, dequantize_q8_0, interleave_q8_0, pack_q4_0, quantize_q4_0,
-                                quantize_q8_0, with_padded_rows)
+    from model.quantize import (
+        dequantize_q4_0,
+        dequantize_q8_0,
+        interleave_q8_0,
+        pack_q4_0,
+        quantize_q4_0,
+        quantize_q8_0,
+        with_padded_rows,
+    )
 
     rng = np.random.default_rng(0)
     distinct = 2 if args.hot else len(shapes)
@@ -250,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     what = "a decode step's 49 matmuls" if args.step else "24 MLP matmuls" + (" (weights in cache)" if args.hot else "")
     what += ", each fed from the one before" if args.chain else ""
     what += ", each + a bias (and c_fc's gelu)" if args.epilogue else ""
-    print(f"GPT-2 124M's {what}; medians of {args.reps}" + (f", then of {rounds} alternated rounds" if rounds > 1 else ""))
+    print(f"GPT-2 124M's {what}; medians of {args.reps}"
+          + (f", then of {rounds} alternated rounds" if rounds > 1 else ""))
     print(f"{'rows':>4} {'kernel fp32':>22} {'MAX x @ W.T':>22} {'ratio':>6} {'kernel q8_0':>22} "
           f"{'kernel q4_0':>22} {'MAX q4_0':>22} {'ratio':>6}  largest rel. diff")
     for rows in args.rows:
@@ -277,14 +288,16 @@ def main(argv: list[str] | None = None) -> int:
               + " / ".join(f"{diffs[k]:.1e}" for k in ("f32", "max", "q8_0", "q4_0", "q4_0_max")))
         if args.against:
             print(f"     {args.against}: " + "; ".join(
-                f"{kind} {seconds[kind + THEN] * 1e3:.2f} ms ({min(times[kind + THEN]) * 1e3:.2f}-{max(times[kind + THEN]) * 1e3:.2f}) "
+                f"{kind} {seconds[kind + THEN] * 1e3:.2f} ms "
+                f"({min(times[kind + THEN]) * 1e3:.2f}-{max(times[kind + THEN]) * 1e3:.2f}) "
                 f"vs now {seconds[kind] * 1e3:.2f} ({min(times[kind]) * 1e3:.2f}-{max(times[kind]) * 1e3:.2f}): "
                 f"{seconds[kind + THEN] / seconds[kind]:.2f}x, diff {diffs[kind + THEN]:.1e}" for kind in against))
     print("(ratios: MAX's time / the kernel's, fp32 and q4_0; above 1 the kernel wins. q8_0 and q4_0 round the "
           "activations to 8 bits per block of 32, as llama.cpp and MAX's q4_0 kernel do: their difference from "
           "numpy's product with the dequantized weights is ~1e-2"
           + (", more along a --chain" if args.chain else "")
-          + ("; --against: the revision's time / this tree's, above 1 this tree is faster" if args.against else "") + ")")
+          + ("; --against: the revision's time / this tree's, above 1 this tree is faster" if args.against else "")
+          + ")")
     return 0
 
 

@@ -135,7 +135,8 @@ def _run(cmd: list[str], env: dict | None = None, quiet: bool = False) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.llama_cpp", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", choices=["setup"])
     p.add_argument("--dir", type=Path, default=default_dir(), help=f"where to build (default: {default_dir()})")
     args = p.parse_args(argv)

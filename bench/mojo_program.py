@@ -20,7 +20,8 @@ def run(source: Path, *args: str, include: Path | None = None) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         binary = Path(tmp) / source.stem
         flags = ["-I", str(include)] if include else []
-        built = subprocess_run_mojo(["build", "-O3", *flags, str(source), "-o", str(binary)], capture_output=True, text=True)
+        built = subprocess_run_mojo(["build", "-O3", *flags, str(source), "-o", str(binary)],
+                                    capture_output=True, text=True)
         if built.returncode != 0:
             raise RuntimeError(f"{source.name} did not build:\n{built.stderr}")
         return subprocess.run([str(binary), *args], capture_output=True, text=True, check=True).stdout

@@ -4,7 +4,8 @@ Splits a batch-1 decode step of the app (``GPT2.step`` then greedy
 sampling, as ``model/generate.py`` runs it) into: the compiled graph (the engine's ``Model.execute``),
 the Python around it in ``step`` (input buffers, the cache, the logits to
 numpy), and choosing the token (``model/sampling.py``). Medians over ``--steps`` steps after a
-``--context``-token prefill (default 16; 896 for the bench's long-context figure). Default: the bench's random GPT-2 124M checkpoint, float32 on the CPU.
+``--context``-token prefill (default 16; 896 for the bench's long-context figure). Default: the
+bench's random GPT-2 124M checkpoint, float32 on the CPU.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         parts["sampling"].append(t2 - t1)
         parts["step total"].append(t2 - t0)
     total = statistics.median(parts["step total"])
-    print(f"{folder.name}, {args.dtype} ({args.linear} linear), batch 1, {args.steps} decode steps after a {args.context}-token prefill (medians)")
+    print(f"{folder.name}, {args.dtype} ({args.linear} linear), batch 1, {args.steps} decode steps "
+          f"after a {args.context}-token prefill (medians)")
     for key, values in parts.items():
         ms = statistics.median(values) * 1000
         print(f"  {key:<36}{ms:8.2f} ms  {ms / total / 10:5.1f}%")

@@ -172,7 +172,8 @@ def in_graph(passes: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.sections", description=__doc__.split("\n\n")[0])
-    p.add_argument("--passes", type=int, default=40, help="passes over the bytes in each form; medians are printed (default 40)")
+    p.add_argument("--passes", type=int, default=40,
+                   help="passes over the bytes in each form; medians are printed (default 40)")
     p.add_argument("--no-graph", dest="graph", action="store_false",
                    help="skip the in-graph figures (the standalone program's only)")
     args = p.parse_args(argv)
@@ -180,8 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     boundaries = int(f["sections"]) - 1
     print(f"a decode step's float32 weights (GPT-2 124M's {int(f['sections'])} matmuls, {f['bytes'] / 1e6:.0f} MB), "
           f"read by {int(f['cores'])} cores, medians of {args.passes} passes:")
-    print(f"  one parallel section:                        {f['one_ms']:6.2f} ms ({f['bytes'] / f['one_ms'] / 1e6:.1f} GB/s)")
-    for key, what in (("split_ms", "one section per matmul (MAX's runtime):"), ("spin_ms", "one section, spinning barriers between:")):
+    print(f"  one parallel section:                        {f['one_ms']:6.2f} ms "
+          f"({f['bytes'] / f['one_ms'] / 1e6:.1f} GB/s)")
+    for key, what in (("split_ms", "one section per matmul (MAX's runtime):"),
+                      ("spin_ms", "one section, spinning barriers between:")):
         extra = (f[key] - f["one_ms"]) * 1e3 / boundaries
         print(f"  {what:<45}{f[key]:6.2f} ms: {extra:+.1f} us a boundary")
     print(f"  an empty parallel section, back to back:     {f['empty_us']:6.1f} us")
@@ -197,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {'one op per matmul, each after the last:':<43}{split:6.2f} ms: "
                   f"{(split - one) * 1e3 / boundaries:+.1f} us a boundary")
         print(f"  a boundary between two of the 49 ops, taken apart (each op stamps when it is called, when its\n"
-              f"  tasks start and end, and when it returns; medians over {boundaries} boundaries x {args.passes} calls, "
-              f"MAX's\n  background threads at nice 19):")
+              f"  tasks start and end, and when it returns; medians over {boundaries} boundaries x "
+              f"{args.passes} calls, MAX's\n  background threads at nice 19):")
         for key, what, whose in PARTS:
             print(f"    {what:<48}{g[key]:6.1f} us  ({whose})")
         total = sum(g[key] for key, _, _ in PARTS)

@@ -193,7 +193,8 @@ def measure(name: str, command: list[str], model: str, texts, max_tokens, levels
 
 
 def table(ours: list[dict], llama: list[dict] | None, baseline: str = "llama-server") -> str:
-    lines = [f"| concurrency | server | requests/s | output tokens/s | TTFT p50 (ms) | TTFT p99 (ms) | tokens/s vs {baseline} |",
+    lines = ["| concurrency | server | requests/s | output tokens/s | TTFT p50 (ms) | TTFT p99 (ms) | "
+             f"tokens/s vs {baseline} |",
              "|---|---|---|---|---|---|---|"]
     by_c = {r["concurrency"]: r for r in llama or []}
     for r in ours:
@@ -201,8 +202,9 @@ def table(ours: list[dict], llama: list[dict] | None, baseline: str = "llama-ser
         ratio = f"{r['output_tokens_per_s'] / other['output_tokens_per_s']:.2f}x" if other else "n/a"
         for row, label in ((r, "MAX serve (this project)"), (other, baseline)):
             if row:
-                lines.append(f"| {r['concurrency']:g} | {label} | {row['requests_per_s']:.3f} | {row['output_tokens_per_s']:.1f} | "
-                             f"{row['ttft_p50_ms']:.1f} | {row['ttft_p99_ms']:.1f} | {ratio if row is r else ''} |")
+                lines.append(f"| {r['concurrency']:g} | {label} | {row['requests_per_s']:.3f} | "
+                             f"{row['output_tokens_per_s']:.1f} | {row['ttft_p50_ms']:.1f} | "
+                             f"{row['ttft_p99_ms']:.1f} | {ratio if row is r else ''} |")
     return "\n".join(lines)
 
 
@@ -233,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="python -m serve --device: the CPU in float32 (default) or a GPU in bfloat16")
     p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts (default 1,8,32)")
     p.add_argument("--max-tokens", type=int, default=64, help="new tokens per request (default 64)")
-    p.add_argument("--llama-cpp", type=Path, default=None, help="llama.cpp bin dir (default: what `pixi run llama-setup` built)")
+    p.add_argument("--llama-cpp", type=Path, default=None,
+                   help="llama.cpp bin dir (default: what `pixi run llama-setup` built)")
     p.add_argument("--no-llama-cpp", action="store_true", help="measure this project's server only")
     p.add_argument("--hf-python", metavar="PYTHON",
                    help="an interpreter with torch: the baseline is Hugging Face's generate in a loop, one request "

@@ -25,7 +25,6 @@ from typing import Callable
 import numpy as np
 
 from checker.skeleton import ROOT, TODO_MARK
-
 from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
 
 # fp32 tolerance: the learner's graph and the solution's may order reductions

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 

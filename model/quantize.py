@@ -116,7 +116,8 @@ def pack_q4_0(blocks: np.ndarray, band: int = ROW_MULTIPLE) -> np.ndarray:
     codes = np.concatenate([b[..., 2:] & 0x0F, b[..., 2:] >> 4], axis=-1)  # codes 0..31 in order
     codes = codes.reshape(*codes.shape[:3], 4, 2, 4)  # [band, row, group, j, low / high, t]
     tuples = codes[..., 0, :] | (codes[..., 1, :] << 4)  # [band, row, group, j, t]
-    tuples = tuples.transpose(0, 2, 3, 1, 4).reshape(*tuples.shape[:1], tuples.shape[2], -1)  # [band, group, j * row * t]
+    # [band, group, j * row * t]
+    tuples = tuples.transpose(0, 2, 3, 1, 4).reshape(*tuples.shape[:1], tuples.shape[2], -1)
     scales = b[..., :2].transpose(0, 2, 1, 3).reshape(tuples.shape[0], tuples.shape[1], -1)  # [band, group, row * 2]
     return np.concatenate([scales, tuples], axis=-1).reshape(rows, -1)
 
@@ -269,8 +270,9 @@ def saved_quantize_state(specs: dict[str, list], state: dict[str, np.ndarray], f
 
     from model import caches
 
-    saved = specs and caches.quantized_arrays(folder, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
-                                              *(f"{name}:{encoding}:{band}" for name, (encoding, _, band) in specs.items()))
+    saved = specs and caches.quantized_arrays(
+        folder, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        *(f"{name}:{encoding}:{band}" for name, (encoding, _, band) in specs.items()))
     if not saved:
         return quantize_state(specs, state)
     names = [f"{name}.{key}" for name, (_, arrays, _) in specs.items() for key in arrays]

@@ -120,7 +120,8 @@ class GPT2:
         past, end = cache.length, cache.length + ids.shape[1]
         if end > cache.capacity:
             raise ValueError(f"{end} positions do not fit a cache of {cache.capacity} "
-                             f"(empty_cache(batch, length) sizes it; the context window holds {self.config.n_positions})")
+                             f"(empty_cache(batch, length) sizes it; the context window holds "
+                             f"{self.config.n_positions})")
         if ids.shape[0] != cache.batch:
             raise ValueError(f"ids have batch {ids.shape[0]}, the cache {cache.batch}")
         # Host scalars: where this call writes; `mark` carries the cached length as a shape.

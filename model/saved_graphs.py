@@ -10,11 +10,12 @@ are not in the file; they are bound when the graph is loaded.
 A MEF is only valid for exactly the graph it was compiled from, so the graph
 is *named* by a digest of everything that shapes it: the MAX version, the
 CPU's kernel path (model/cpu.py: a graph compiled for AVX-512 must not run
-on an AVX2 machine that shares the cache folder), the sources of the build (model/) and of the course's implementation (solutions/
-or the learner's steps/), the checkpoint's config, the placement and the
-build options. Any change to any of them gives a new name, hence a fresh
-compile. Beside the MEF, ``facts.json`` keeps what the build learnt while
-tracing (how many quantized layers the graph calls).
+on an AVX2 machine that shares the cache folder), the sources of the build
+(model/) and of the course's implementation (solutions/ or the learner's
+steps/), the checkpoint's config, the placement and the build options. Any
+change to any of them gives a new name, hence a fresh compile. Beside the
+MEF, ``facts.json`` keeps what the build learnt while tracing (how many
+quantized layers the graph calls).
 
 Where: ``graphs/`` in the project's cache folder (model/caches.py), one
 folder per graph (~14 MB for GPT-2 124M). Delete it to free the space; set
@@ -124,7 +125,8 @@ class SavedGraph:
         # As Module.compile hands them over: driver buffers (zero-copy views
         # of writable arrays). Raw numpy int8/float16 arrays crashed the
         # Q8_0 graph at its first call.
-        self.engine_model = session.init(read(mef), weights_registry={k: Buffer.from_dlpack(v) for k, v in weights.items()})
+        self.engine_model = session.init(read(mef),
+                                         weights_registry={k: Buffer.from_dlpack(v) for k, v in weights.items()})
 
 
 def is_saved(name: str) -> bool:

@@ -60,7 +60,8 @@ TARGETS = {
     "sm_90a": Target("NVIDIA H100 / H200 (Hopper)", gpu="sm_90a"),
     "sm_80": Target("NVIDIA A100 (Ampere)", gpu="sm_80"),
     "sm_89": Target("NVIDIA L4, RTX 40 series (Ada)", gpu="sm_89"),
-    "x86-64-v3": Target("x86-64 with AVX2 + FMA: the avx2 kernel path", cpu="triple=x86_64-unknown-linux-gnu;cpu=x86-64-v3"),
+    "x86-64-v3": Target("x86-64 with AVX2 + FMA: the avx2 kernel path",
+                        cpu="triple=x86_64-unknown-linux-gnu;cpu=x86-64-v3"),
     "x86-64-v4-vnni": Target("x86-64 with AVX-512 + VNNI: the avx512-vnni kernel path",
                              cpu="triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4;features=+avx512vnni"),
     "aarch64": Target("Arm Linux (Neoverse N1: AWS Graviton2, Ampere Altra): the portable path",
@@ -123,7 +124,8 @@ def compile_one(name: str, dtypes: list[str], model: str) -> int:
         start = time.perf_counter()
         try:
             gpt2 = load_gpt2(folder, device="gpu" if target.gpu else "cpu", dtype=dtype, with_tokenizer=False)
-            row = {"compiled": True, "detail": f"{gpt2.quantized_layers} quantized layers" if gpt2.quantized_layers else ""}
+            row = {"compiled": True,
+                   "detail": f"{gpt2.quantized_layers} quantized layers" if gpt2.quantized_layers else ""}
         except Exception as exc:  # the compiler's refusal is the result
             row = {"compiled": False, "detail": first_error_line(exc)}
         row.update(target=name, dtype=dtype, model=model, seconds=round(time.perf_counter() - start, 1))
@@ -202,11 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     plan_ci = ", ".join(f"{n} ({' '.join(d)})" for n, d in ci_plan().items())
     p = argparse.ArgumentParser(
         prog="python -m model.targets", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=textwrap.fill(width=88, text="Compile the app's graph, without running it, for hardware that is not here (MAX's virtual "
-                    "targets): NVIDIA GPUs, x86-64 CPUs with and without AVX-512, Arm. One line per target and "
-                    "precision: the time it took, or the compiler's first error line. It catches what the compiler "
-                    "sees (a missing kernel or dtype, PTX or Arm code generation, this project's kernels), not "
-                    "wrong numbers. Nothing is saved for later runs. docs/platforms.md."),
+        description=textwrap.fill(width=88, text="Compile the app's graph, without running it, for hardware that is "
+                    "not here (MAX's virtual targets): NVIDIA GPUs, x86-64 CPUs with and without AVX-512, Arm. "
+                    "One line per target and precision: the time it took, or the compiler's first error line. "
+                    "It catches what the compiler sees (a missing kernel or dtype, PTX or Arm code generation, "
+                    "this project's kernels), not wrong numbers. Nothing is saved for later runs. docs/platforms.md."),
         epilog=USAGE + "\ntargets:\n" + "\n".join(f"  {n:<16}{t.means}" for n, t in TARGETS.items()))
     p.add_argument("targets", nargs="*", metavar="TARGET", help="targets to compile (default: all; listed below)")
     p.add_argument("--dtypes", nargs="+", choices=[d for d in DTYPES if d != "auto"], metavar="DTYPE",

@@ -67,7 +67,8 @@ def check_request(body: Any, served: str) -> Any:
     if body.get("logit_bias"):
         raise Refused("logit_bias is not supported by this server (the engine would ignore it)")
     if body.get("suffix"):
-        raise Refused("suffix is not supported: GPT-2 continues text, it does not fill in between a prompt and a suffix")
+        raise Refused("suffix is not supported: GPT-2 continues text, it does not fill in between a prompt "
+                      "and a suffix")
     prompt = body.get("prompt")
     if body.get("stream") and isinstance(prompt, list) and len(prompt) > 1 and not isinstance(prompt[0], int):
         raise Refused(f"stream takes one prompt, this request has {len(prompt)}: stream each on its own, "

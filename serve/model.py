@@ -30,7 +30,6 @@ from serve.model_config import GPT2ServeConfig
 from serve.network import GPT2Ragged
 from serve.weight_adapters import gpt2_state
 
-
 logger = logging.getLogger("max.pipelines")
 
 class GPT2EngineModule(GPT2Ragged):

@@ -40,7 +40,8 @@ Useful MAX calls
     ``x.transpose(a, b)``, ``q @ k.transpose(-1, -2)``, ``F.softmax(x, axis=-1)``,
     ``F.concat([a, b], axis=2)``; ``x.shape[1]`` is a dimension you can reuse.
 
-Coming from PyTorch? docs/pytorch-to-max.md#axis-not-dim, docs/pytorch-to-max.md#masking-with--inf, docs/pytorch-to-max.md#linear-layers
+Coming from PyTorch? docs/pytorch-to-max.md#axis-not-dim, docs/pytorch-to-max.md#masking-with--inf,
+docs/pytorch-to-max.md#linear-layers
 
 Check your work with ``pixi run s07`` (without pixi: ``python3.13 tasks.py s07``).
 """

@@ -11,7 +11,8 @@ import numpy as np
 from weights.checkpoint import read_safetensors
 from weights.synthetic import copy_gpt2_tokenizer, hf_config, random_hf_state, write_checkpoint
 
-__all__ = ["copy_gpt2_tokenizer", "demo_reference", "greedy", "hf_config", "learner_tree", "random_hf_state", "reference", "reference_variant", "write_checkpoint"]
+__all__ = ["copy_gpt2_tokenizer", "demo_reference", "greedy", "hf_config", "learner_tree", "random_hf_state",
+           "reference", "reference_variant", "write_checkpoint"]
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
 

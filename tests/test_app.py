@@ -73,7 +73,8 @@ def test_cli_streams_and_summarises(folder):
 def test_cli_json_batch_greedy_is_deterministic(folder, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The cat sat\n\nOn a mat\n")
-    args = ("--model", str(folder), "--prompt-file", str(prompts), "--json", "--temperature", "0", "--max-new-tokens", "5")
+    args = ("--model", str(folder), "--prompt-file", str(prompts), "--json", "--temperature", "0",
+            "--max-new-tokens", "5")
     first, second = _cli(*args), _cli(*args)
     assert first.returncode == 0, first.stderr
     rows = [json.loads(line) for line in first.stdout.splitlines()]
@@ -169,7 +170,8 @@ def test_the_steps_a_build_needs_follow_the_learner_s_imports(tmp_path):
     folder = tmp_path / "steps"
     folder.mkdir()
     (folder / "step_01.py").write_text("x = 1\n")
-    (folder / "step_02.py").write_text('from steps.step_01 import x\n\n\n    raise NotImplementedError("TODO(step 02): ...")\n')
+    (folder / "step_02.py").write_text(
+        'from steps.step_01 import x\n\n\n    raise NotImplementedError("TODO(step 02): ...")\n')
     assert unfinished_steps("02", folder=folder) == [("02", 4)]
     (folder / "step_02.py").write_text("from steps.step_01 import x\n")
     assert unfinished_steps("02", folder=folder) == []

@@ -91,8 +91,8 @@ def test_the_4_bit_pairing_is_byte_for_byte(tmp_path, monkeypatch):
 
 def test_gguf_names_cover_every_weight():
     from bench.gguf_export import gguf_name
-    from weights import expected_shapes
     from solutions.solution_01 import GPT2Config
+    from weights import expected_shapes
 
     names = [gguf_name(n) for n in [*expected_shapes(GPT2Config(n_layer=2)), "lm_head.weight"]]
     assert names.count(None) == 1  # the tied head is not written
@@ -225,7 +225,8 @@ def test_serve_bench_names_its_baseline():
     text = serve_table([row(300.0)], [row(100.0)], "HF generate, one at a time")
     assert "tokens/s vs HF generate, one at a time" in text and "| 1 | HF generate, one at a time |" in text
     assert "3.00x" in text and "llama" not in text
-    assert round_ratios([([row(300.0)], [row(100.0)])], "HF generate")[0].startswith("1 clients, output tokens/s vs HF generate")
+    assert round_ratios([([row(300.0)], [row(100.0)])], "HF generate")[0].startswith(
+        "1 clients, output tokens/s vs HF generate")
 
 
 HF_PYTHON = os.environ.get("GPT2_MAX_HF_PYTHON")
@@ -371,7 +372,8 @@ def test_arithmetic_peak_is_measured_on_one_core_and_on_every_core(capsys):
     rates = {line.split(": ")[0]: float(line.split(": ")[1].split()[0])
              for line in out.splitlines() if line.startswith("float32 multiply-adds")}
     cores = os.cpu_count()
-    assert set(rates) == {"float32 multiply-adds, 1 core"} | ({f"float32 multiply-adds, {cores} cores"} if cores > 1 else set())
+    assert set(rates) == ({"float32 multiply-adds, 1 core"}
+                          | ({f"float32 multiply-adds, {cores} cores"} if cores > 1 else set()))
     assert all(rate > 0 for rate in rates.values())
     assert out.count("needs at least") == 1
 

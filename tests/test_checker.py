@@ -61,7 +61,8 @@ def test_syntax_error_is_reported_with_its_line(tmp_path):
 
 def test_returning_none_is_named(tmp_path):
     path = tmp_path / "none_02.py"
-    path.write_text(solution_path("02").read_text().replace("return F.where(hidden, minus_inf, zero)", "F.where(hidden, minus_inf, zero)"))
+    path.write_text(solution_path("02").read_text().replace("return F.where(hidden, minus_inf, zero)",
+                                                             "F.where(hidden, minus_inf, zero)"))
     outcomes = check_file("02", path)
     failure = next(o for o in outcomes if not o.passed)
     assert "returned None" in failure.message and "return" in failure.hint

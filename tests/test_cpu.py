@@ -81,7 +81,8 @@ def test_a_virtual_cpu_target_is_read_by_its_name():
     assert cpu.target_features("triple=aarch64-unknown-linux-gnu;cpu=neoverse-n1") == (False, frozenset())
     assert cpu.target_features("triple=arm64-apple-darwin;cpu=apple-m1") == (False, frozenset())
     # A feature taken away, spaces and an empty part, as a hand-written descriptor may have them.
-    x86, features = cpu.target_features(" triple=x86_64-unknown-linux-gnu; cpu=x86-64-v4 ;features=+avx512vnni,-avx512f;")
+    x86, features = cpu.target_features(
+        " triple=x86_64-unknown-linux-gnu; cpu=x86-64-v4 ;features=+avx512vnni,-avx512f;")
     assert x86 and "avx512_vnni" in features and "avx512f" not in features
     with pytest.raises(ValueError, match="x86-64 level"):
         cpu.target_features("triple=x86_64-unknown-linux-gnu;cpu=skylake")  # its features are not guessed from its name

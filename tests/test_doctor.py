@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import importlib.metadata
-import subprocess
-import sys
-from pathlib import Path
+
+from conftest import run_python
 
 from model import doctor
 
 
 def test_doctor_names_what_a_bug_report_needs():
-    done = subprocess.run([sys.executable, "-m", "model.doctor"], cwd=Path(doctor.__file__).parents[1],
-                          capture_output=True, text=True, timeout=120)
+    # run_python passes the environment explicitly: after an earlier test loaded MAX's runtime
+    # (tests/test_cpu.py does), a child that inherits it no longer finds the venv's numpy.
+    done = run_python("-m", "model.doctor", timeout=120)
     assert done.returncode == 0, done.stderr
     keys = [line.split("  ", 1)[0].strip() for line in done.stdout.splitlines()]
     assert keys == ["python", "system", "max", "transformers", "cpu", "kernel path", "gpus", "--device auto",

@@ -11,8 +11,15 @@ import pytest
 from checkpoints import demo_reference, greedy, reference
 
 from model.layers.few_rows import FEW_ROWS
-from model.quantize import (BLOCK, dequantize_q4_0, dequantize_q8_0, interleave_q8_0, pack_q4_0, quantize_q4_0,
-                            quantize_q8_0)
+from model.quantize import (
+    BLOCK,
+    dequantize_q4_0,
+    dequantize_q8_0,
+    interleave_q8_0,
+    pack_q4_0,
+    quantize_q4_0,
+    quantize_q8_0,
+)
 
 
 def test_q8_0_is_ggml_s_rounding():

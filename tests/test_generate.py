@@ -237,9 +237,8 @@ def test_a_padded_vocabulary_and_bool_buffers_give_hugging_faces_greedy_tokens(t
     buffers older transformers saved: HF's greedy tokens, token for token."""
     import shutil
 
-    from safetensors.numpy import save_file
-
     from checkpoints import reference
+    from safetensors.numpy import save_file
 
     from model.gpt2 import load_gpt2
     from weights.checkpoint import read_safetensors

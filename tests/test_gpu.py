@@ -15,7 +15,8 @@ from checkpoints import reference
 
 from model.device import accelerator_count
 
-pytestmark = pytest.mark.skipif(accelerator_count() == 0, reason="MAX sees no accelerator on this machine (on a GPU machine: docs/gpu.md)")
+pytestmark = pytest.mark.skipif(accelerator_count() == 0,
+                                reason="MAX sees no accelerator on this machine (on a GPU machine: docs/gpu.md)")
 
 
 # Tolerances relative to the largest logit. float32 on an H100 measured 1.0e-3

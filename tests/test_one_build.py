@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = sorted((ROOT / "model").rglob("*.py")) + sorted((ROOT / "bench").glob("*.py")) + sorted((ROOT / "serve").glob("*.py"))
+APP = (sorted((ROOT / "model").rglob("*.py")) + sorted((ROOT / "bench").glob("*.py"))
+       + sorted((ROOT / "serve").glob("*.py")))
 BUILD = (ROOT / "model" / "gpt2.py", ROOT / "model" / "graph.py")
 SERVED_NETWORK = ROOT / "serve" / "network.py"  # the engine's build: the course's model around the paged cache
 
@@ -40,10 +41,12 @@ def test_no_second_build(path):
         assert name not in ("setattr", "importlib.import_module", "__import__"), f"{rel}:{line}: {name}()"
         if path not in BUILD:
             # (re.compile builds a regular expression, not a graph)
-            assert not name.endswith(".compile") or name == "re.compile", f"{rel}:{line}: compiles a graph outside the build"
+            assert not name.endswith(".compile") or name == "re.compile", (
+                f"{rel}:{line}: compiles a graph outside the build")
             if path != SERVED_NETWORK:
                 assert not name.endswith("GPT2LMHeadModel"), f"{rel}:{line}: builds a model outside the build"
-            assert name not in ("build_lm", "InPlaceGraph", "ConcatGraph", "compile_graph", "wrap"), f"{rel}:{line}: {name}() outside the build"
+            assert name not in ("build_lm", "InPlaceGraph", "ConcatGraph", "compile_graph", "wrap"), (
+                f"{rel}:{line}: {name}() outside the build")
 
 
 def test_the_course_is_reached_by_plain_imports():
@@ -61,7 +64,8 @@ def test_head_dim_is_defined_once():
     assert found == ["solutions/solution_01.py"]
 
 
-PACKAGE = sorted(p for folder in ("model", "bench", "serve", "weights", "checker", "gpu") for p in (ROOT / folder).rglob("*.py"))
+PACKAGE = sorted(p for folder in ("model", "bench", "serve", "weights", "checker", "gpu")
+                 for p in (ROOT / folder).rglob("*.py"))
 
 
 def definitions(path: Path):

@@ -93,7 +93,8 @@ def test_cached_forward_matches_oracle():
     model, weights = _small_lm(seed=2)
     ids = np.random.default_rng(3).integers(0, SMALL["vocab_size"], size=(1, 20)).astype(np.int64)
     _, past = oracle.lm_logits(ids[:, :17], weights, SMALL["n_head"])
-    logits, _ = maxrun.lazily(model, maxrun.tensor(ids[:, 17:]), [(maxrun.tensor(k), maxrun.tensor(v)) for k, v in past])
+    logits, _ = maxrun.lazily(model, maxrun.tensor(ids[:, 17:]),
+                              [(maxrun.tensor(k), maxrun.tensor(v)) for k, v in past])
     want, _ = oracle.lm_logits(ids, weights, SMALL["n_head"])
     np.testing.assert_allclose(logits, want[:, 17:], rtol=1e-4, atol=1e-4)
 

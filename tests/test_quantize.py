@@ -134,7 +134,8 @@ def test_max_kernel_reads_our_blocks(encoding):
 #   q6_k: 2.4%, 98.4%, 13 of 48 (both then take a near-tie the other way).
 #   q4_0m: 7.1%, 96.1%, 8 of 48 (2026-11-25).
 # The stated tolerances, with some room for other CPUs' rounding:
-TOLERANCE = {"q4_0": (0.10, 0.95), "q4_0m": (0.10, 0.95), "q6_k": (0.04, 0.97)}  # (logit error / largest logit, argmax agreement)
+# (logit error / largest logit, argmax agreement)
+TOLERANCE = {"q4_0": (0.10, 0.95), "q4_0m": (0.10, 0.95), "q6_k": (0.04, 0.97)}
 GREEDY_PREFIX = {"q4_0": 10, "q4_0m": 8, "q6_k": 10}
 
 
@@ -198,8 +199,9 @@ def test_another_kernel_path_writes_the_same_demo_text(dtype, monkeypatch):
 def test_quantizing_lets_go_of_the_float32_pages(tmp_path):
     # Issue 45 (a first quantized run's peak memory): each matrix read from a mapped file
     # is quantized, then its pages leave the process's resident memory.
-    from model.quantize import quantize_state
     from test_weights import resident_pages
+
+    from model.quantize import quantize_state
 
     weight = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)
     np.save(tmp_path / "w.npy", weight)

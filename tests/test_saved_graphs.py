@@ -10,8 +10,8 @@ import numpy as np
 from checkpoints import reference
 
 from model import saved_graphs
-from model.options import BuildOptions
 from model.gpt2 import load_gpt2
+from model.options import BuildOptions
 from solutions.solution_01 import GPT2Config
 
 

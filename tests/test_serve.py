@@ -521,7 +521,8 @@ def test_a_whitespace_prompt_is_served(server, tokenizer):
                                                "return_token_ids": True, "ignore_eos": True}))
         assert status == 200, (prompt, out)
         assert len(out["choices"][0]["token_ids"]) == 4
-        assert out["usage"]["prompt_tokens"] == len(tokenizer(prompt)["input_ids"] if isinstance(prompt, str) else prompt)
+        ids = tokenizer(prompt)["input_ids"] if isinstance(prompt, str) else prompt
+        assert out["usage"]["prompt_tokens"] == len(ids)
 
 
 @pytest.mark.parametrize("body, reason", NAMED)

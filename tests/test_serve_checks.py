@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 pytest.importorskip("max.serve")
-from serve.checks import SEED_ZERO, CompletionChecks, held_back  # noqa: E402
+from serve.checks import SEED_ZERO, CompletionChecks, held_back
 
 MODEL = "demo"
 

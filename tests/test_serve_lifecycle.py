@@ -30,7 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_serve import MODEL, Server, alive, process_tree  # the serve tests' own: python -m serve --model demo, a free port
+
+# The serve tests' own: python -m serve --model demo, a free port.
+from test_serve import MODEL, Server, alive, process_tree
 
 from bench.serve import free_port
 

@@ -45,10 +45,10 @@ def test_weights_in_the_engines_dtype():
 def test_a_float32_checkpoint_reaches_the_engine():
     """float32 files are memory-mapped read-only; the engine's DLPack import
     refuses read-only arrays, so the adapter hands it writable ones."""
+    from checkpoints import reference
     from max.dtype import DType
     from max.experimental.tensor import Tensor
 
-    from checkpoints import reference
     from serve.weight_adapters import gpt2_state
     from weights import read_config
 
@@ -264,7 +264,8 @@ def test_the_architecture_declares_penalties_and_in_flight_batching():
     assert "--enable-in-flight-batching" not in flags and "--enable-echo" not in flags
 
 
-@pytest.mark.filterwarnings("ignore:pythonjsonlogger.jsonlogger has been moved:DeprecationWarning")  # MAX's telemetry imports it
+# MAX's telemetry imports it.
+@pytest.mark.filterwarnings("ignore:pythonjsonlogger.jsonlogger has been moved:DeprecationWarning")
 def test_metrics_on_and_nothing_sent_outside(monkeypatch):
     """The engine's environment: OTEL_SDK_DISABLED (MAX's egress switch that
     keeps the local /metrics), not MAX_SERVE_DISABLE_TELEMETRY (which would

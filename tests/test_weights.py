@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from checkpoints import copy_gpt2_tokenizer, random_hf_state, reference, reference_variant, write_checkpoint
 
-from weights import WeightsError, load_state, load_tokenizer, read_config, resolve_model
 from model.caches import SavedArrays, checkpoint_key
+from weights import WeightsError, load_state, load_tokenizer, read_config, resolve_model
 from weights.checkpoint import TRANSPOSED, read_safetensors, to_model_names
 
 SIZES = dict(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=4)
@@ -313,7 +313,8 @@ def test_bool_buffers_are_skipped_whatever_their_dtype(tmp_path):
                for i in range(SIZES["n_layer"]) for b in ("bias", "masked_bias")}
     save_file({**hf, **buffers}, str(folder / "model.safetensors"))
     state = load_state(folder, read_config(folder))
-    np.testing.assert_array_equal(state["transformer.h.1.attn.c_attn.weight"], hf["transformer.h.1.attn.c_attn.weight"].T)
+    c_attn = "transformer.h.1.attn.c_attn.weight"
+    np.testing.assert_array_equal(state[c_attn], hf[c_attn].T)
     assert not any(name.endswith((".attn.bias", ".attn.masked_bias")) for name in state)
 
 

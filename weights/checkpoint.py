@@ -81,10 +81,12 @@ def to_model_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint
     want = expected_shapes(config)
     missing = [name for name in want if name not in state]
     if missing:
-        raise WeightsError(f"{source}: no tensor {_hf_name(missing[0])} ({len(missing)} missing); not a complete GPT-2 checkpoint")
+        raise WeightsError(f"{source}: no tensor {_hf_name(missing[0])} ({len(missing)} missing); "
+                           "not a complete GPT-2 checkpoint")
     extra = [name for name in state if name not in want]
     if extra:
-        raise WeightsError(f"{source}: unexpected tensor {_hf_name(extra[0])}; its config.json does not describe these weights")
+        raise WeightsError(f"{source}: unexpected tensor {_hf_name(extra[0])}; "
+                           "its config.json does not describe these weights")
     for name, shape in want.items():
         if state[name].shape != shape:
             got = state[name].shape[::-1] if name.endswith(TRANSPOSED) else state[name].shape

@@ -40,7 +40,8 @@ def read_config(folder: Path, config_class=None):
     if model_type != "gpt2":
         archs = ", ".join(raw.get("architectures") or []) or "unknown"
         raise WeightsError(
-            f"{path}: model_type is {model_type!r} (architectures: {archs}); only GPT-2-architecture models are supported"
+            f"{path}: model_type is {model_type!r} (architectures: {archs}); "
+            "only GPT-2-architecture models are supported"
         )
     activation = raw.get("activation_function", "gelu_new")
     if activation not in TANH_GELU:

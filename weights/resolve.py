@@ -72,7 +72,9 @@ def _download(repo_id: str) -> Path:
     except GatedRepoError:
         raise WeightsError(f"{repo_id}: gated on the Hugging Face hub; log in with `hf auth login`") from None
     except RepositoryNotFoundError:
-        raise WeightsError(f"{repo_id}: no such model on the Hugging Face hub (check the id, or pass a folder)") from None
+        raise WeightsError(
+            f"{repo_id}: no such model on the Hugging Face hub (check the id, or pass a folder)"
+        ) from None
     except LocalEntryNotFoundError:
         raise WeightsError(
             f"{repo_id}: not in the Hugging Face cache and the hub cannot be reached "

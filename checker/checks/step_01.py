@@ -68,7 +68,8 @@ def check_head_dim(ctx: StepContext) -> None:
         got = ctx.learner.GPT2Config(**kwargs).head_dim
         if got != expected or not isinstance(got, int):
             raise CheckFailed(
-                f"GPT2Config({', '.join(f'{k}={v}' for k, v in kwargs.items())}).head_dim is {got!r}, expected {expected}",
+                f"GPT2Config({', '.join(f'{k}={v}' for k, v in kwargs.items())}).head_dim is {got!r}, "
+                f"expected {expected}",
                 "head_dim = n_embd // n_head, an int: use // (integer division), not /",
             )
 
@@ -106,7 +107,8 @@ INVALID = [
 
 # Small but valid: a size of 1 is allowed (a 1-layer, 1-head GPT-2, a 1-token
 # vocabulary or context are odd but legal), so "> 0" must not become "> 1".
-VALID_SMALL = [dict(n_layer=1), dict(n_head=1, n_embd=48), dict(vocab_size=1), dict(n_positions=1), dict(n_embd=1, n_head=1)]
+VALID_SMALL = [dict(n_layer=1), dict(n_head=1, n_embd=48), dict(vocab_size=1), dict(n_positions=1),
+               dict(n_embd=1, n_head=1)]
 
 
 def check_validation(ctx: StepContext) -> None:

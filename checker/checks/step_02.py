@@ -37,7 +37,8 @@ def _compare(ctx: StepContext, seq_len: int, past_len: int) -> None:
             if close(got, oracle.causal_mask(seq_len, past_len, **kwargs)):
                 raise CheckFailed(f"{what} is wrong", hint)
         if close(got, np.where(expected == 0, -np.inf, 0).astype(np.float32)):
-            raise CheckFailed(f"{what} is inverted", "visible entries are 0 and hidden ones -inf, not the other way round")
+            raise CheckFailed(f"{what} is inverted",
+                              "visible entries are 0 and hidden ones -inf, not the other way round")
         if np.isfinite(got).all():
             raise CheckFailed(
                 f"{what} has no -inf entries",
@@ -56,7 +57,8 @@ def check_shape(ctx: StepContext) -> None:
                 "one row per new (query) token, one column per key: past_len + seq_len",
             )
         if got.dtype != np.float32:
-            raise CheckFailed(f"causal_mask has dtype {got.dtype}, expected float32", "pass dtype= when you build the values")
+            raise CheckFailed(f"causal_mask has dtype {got.dtype}, expected float32",
+                              "pass dtype= when you build the values")
 
 
 def check_plain(ctx: StepContext) -> None:
@@ -92,7 +94,7 @@ def check_symbolic(ctx: StepContext) -> None:
     try:
         with maxrun.interpreter():
             compilation.stage(Probe())(TensorType(DType.float32, ["past", "seq"], device=DeviceRef.CPU()))
-    except Exception as exc:  # noqa: BLE001 - reported as the other checks report the learner's errors
+    except Exception as exc:  # reported as the other checks report the learner's errors
         message, hint = describe_exception(exc, ctx.learner_path)
         if "Dim(" in str(exc) or "static dim" in str(exc):  # a length used as a number
             hint = ("in the compiled model the lengths are symbolic dimensions, not ints: int(), range() or numpy "

@@ -14,7 +14,8 @@ POSITIONS, DIM = 96, 48
 
 def check_parameters(ctx: StepContext) -> None:
     maxrun.check_same_parameters(
-        ctx, "PositionEmbedding", "one table `weight` of shape [n_positions, n_embd]: a row per position", POSITIONS, DIM)
+        ctx, "PositionEmbedding", "one table `weight` of shape [n_positions, n_embd]: a row per position",
+        POSITIONS, DIM)
 
 
 def _compare(ctx: StepContext, cases) -> None:

@@ -23,7 +23,8 @@ HINT_SCALE_EMBD = "the scale is 1 / sqrt(head_dim) (each head's width), not 1 / 
 HINT_NO_MASK = "add the causal mask (step 02) to the scores: without it tokens see the future"
 HINT_MASK_AFTER = "add the mask to the scores *before* the softmax, so hidden positions get weight 0"
 HINT_AXIS = "softmax over the last axis (the keys): each query's weights must sum to 1"
-HINT_SPLIT = "split heads with reshape [b, t, h, d] then transpose(1, 2); a reshape to [b, h, t, d] alone mixes positions"
+HINT_SPLIT = ("split heads with reshape [b, t, h, d] then transpose(1, 2); "
+              "a reshape to [b, h, t, d] alone mixes positions")
 HINT_MERGE = "merge heads with transpose(1, 2) first, then reshape to [b, t, n_embd]"
 HINT_ORDER = "c_attn's output is Q, K, V in that order: split it into three n_embd-wide parts"
 
@@ -130,7 +131,8 @@ def check_cache(ctx: StepContext) -> None:
         what = f"{new} new token(s) after {seq - new} cached"
         compare(got[0], full[0][:, -new:], what,
                 "concat the cached keys/values before the new ones (axis 2) and mask with past_len = cached length",
-                lambda: {HINT_NO_MASK: oracle.attention(x[:, -new:], weights, H, past=(past_k, past_v), causal=False)[0]})
+                lambda: {HINT_NO_MASK: oracle.attention(x[:, -new:], weights, H, past=(past_k, past_v),
+                                                        causal=False)[0]})
         compare(got[1], full[1], f"{what}: returned keys", "return the cached keys followed by the new ones")
         compare(got[2], full[2], f"{what}: returned values", "return the cached values followed by the new ones")
 

@@ -66,8 +66,8 @@ def check_large_logits(ctx: StepContext) -> None:
             draws = [ctx.learner.sample_next_token(logits, 1.0, rng) for _ in range(2000)]
         except ValueError as exc:  # rng.choice refuses NaN probabilities
             raise CheckFailed(f"logits near 1000 broke sampling ({str(exc).splitlines()[0]})",
-                              "exp(1000) overflows to inf: subtract the largest logit first, p = exp(x - x.max()) / sum(...) "
-                              "(softmax is unchanged by the shift)") from None
+                              "exp(1000) overflows to inf: subtract the largest logit first, "
+                              "p = exp(x - x.max()) / sum(...) (softmax is unchanged by the shift)") from None
     freq = np.bincount(draws, minlength=3)[:3] / len(draws)
     if np.abs(freq - _softmax(logits)).max() > 0.04:
         raise CheckFailed(f"logits [1000, 999, 990]: frequencies {np.round(freq, 3).tolist()}, expected "

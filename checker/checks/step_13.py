@@ -14,7 +14,8 @@ USES_MAX = True  # the comparison with step 07 runs MAX
 HINT_SCALE = "divide the scores by sqrt(d_h), the head width"
 HINT_SCALE_D = "the scale is 1 / sqrt(d_h) (one head's width), not 1 / sqrt(D)"
 HINT_AXIS = "softmax over the last axis (the keys): each query's weights sum to 1"
-HINT_SPLIT = "split with reshape (T, h, d_h) then transpose to (h, T, d_h); a reshape straight to (h, T, d_h) mixes positions"
+HINT_SPLIT = ("split with reshape (T, h, d_h) then transpose to (h, T, d_h); "
+              "a reshape straight to (h, T, d_h) mixes positions")
 HINT_MERGE = "merge with transpose (h, T, d_h) -> (T, h, d_h) first, then reshape to (T, D)"
 EXAMPLE = np.array([[0.7311, 0.5], [0.5, 0.7311]], dtype=np.float32)
 

@@ -84,7 +84,8 @@ def check_bad_heads(ctx: StepContext) -> None:
     except ValueError as exc:
         if "5" in str(exc) and str(D_MODEL) in str(exc):
             return
-        raise CheckFailed(f"the ValueError says {str(exc)!r}", f"name both numbers: num_heads (5), d_model ({D_MODEL})") from None
+        raise CheckFailed(f"the ValueError says {str(exc)!r}",
+                          f"name both numbers: num_heads (5), d_model ({D_MODEL})") from None
     raise CheckFailed(f"num_heads = 5 with d_model = {D_MODEL} did not raise ValueError",
                       "check d_model % num_heads == 0 first; raise ValueError naming both")
 
