@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
+
+from conftest import run_python
 
 from model import targets
 
 
 def compile_plan(tmp_path, *args) -> tuple[subprocess.CompletedProcess, list[dict]]:
     out = tmp_path / "targets.json"
-    done = subprocess.run([sys.executable, "-m", "model.targets", *args, "--json", str(out)], cwd=targets.ROOT,
-                          capture_output=True, text=True, timeout=3600)
+    done = run_python("-m", "model.targets", *args, "--json", str(out), timeout=3600)
     return done, json.loads(out.read_text()) if out.is_file() else []
 
 
@@ -50,6 +50,5 @@ def test_a_target_past_its_time_fails_its_rows_and_says_so(tmp_path):
 
 
 def test_every_target_is_described_in_the_help():
-    help_text = subprocess.run([sys.executable, "-m", "model.targets", "--help"], cwd=targets.ROOT,
-                               capture_output=True, text=True, timeout=120).stdout
+    help_text = run_python("-m", "model.targets", "--help", timeout=120).stdout
     assert all(name in help_text and t.means in help_text for name, t in targets.TARGETS.items())
