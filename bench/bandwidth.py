@@ -10,7 +10,7 @@ reports the best of several passes of each:
 - numpy, one thread per core, each summing its own slice (numpy releases
   the GIL while it sums).
 
-Why both: on the Intel Xeon of issue 11 numpy's float32 sum is bound by its
+Why both: on an Intel Xeon of an earlier run numpy's float32 sum is bound by its
 own arithmetic (pairwise summation), not by memory: 9 GB/s on one thread,
 17-18 GB/s on two, where MAX's reduction read ~28 GB/s and a plain Mojo loop
 of four vector accumulators 30-31 GB/s (scratch), so numpy alone put the

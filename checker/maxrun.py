@@ -197,7 +197,7 @@ def check_same_parameters(ctx, class_name: str, hint: str, *args, config: dict =
     assert_parameters(make(ctx.learner), make(ctx.solution), hint)
 
 
-# Measured on 2 cores with MAX's caches empty (issue 43's runs, 2026-11-24 and
+# Measured on 2 cores with MAX's caches empty (the first-hour runs of 2026-11-24 and
 # -25): step 12's model check 125-229 s, `show 02` 158 s, `show 07` 233 s,
 # step 07's checks 313 s while `warm` ran beside them; warm, each takes
 # seconds. What the notice below says.

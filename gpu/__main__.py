@@ -1,4 +1,4 @@
-"""``python -m gpu``: run this project on a lent GPU machine without network
+"""``python -m gpu``: run this project on a GPU machine without network
 (Python 3.12 with torch there, no MAX). docs/gpu.md has the whole recipe.
 
     python3.13 -m gpu pack                 # here: MAX's cp312 wheels -> .gpu/kit-*.N-of-M

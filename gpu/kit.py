@@ -1,7 +1,7 @@
 """MAX for a GPU machine that has Python 3.12 and no network: packed here,
 carried there in pieces, unpacked there (docs/gpu.md).
 
-The lent GPU machines reach no package registry, and each call to one
+The GPU machines this project has run on reach no package registry, and each call to one
 carries at most 64 MiB: the working tree (~30 MB) plus what `carry` names.
 MAX 26.7's cp312 wheels alone are ~235 MB. So ``pack`` installs every wheel
 the project needs (that the machine's image lacks) into one folder here,
@@ -32,8 +32,8 @@ CALL_LIMIT = 64 * 2**20  # what one call to the GPU machine may carry, the worki
 MARGIN = 2 * 2**20  # for files that change between packing and carrying
 PYTHON = "3.12"  # the GPU machines' python3 (the one that has torch)
 
-# Packages the GPU machines' image already has (the device tool's KINDS.md,
-# read 2026-11-17): not carried, the image's version is used. Except where
+# Packages the GPU machines' image already has (its package list as published
+# for those machines, read 2026-11-17): not carried, the image's version is used. Except where
 # the project pins a version its code or MAX's server reads (CARRIED_ANYWAY).
 IMAGE_HAS = set("""
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build

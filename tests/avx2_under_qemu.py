@@ -19,7 +19,7 @@ not be loaded under an emulated AVX2 CPU). It checks:
    kernel for prompts), for 1 to 60 rows.
 
 ``--app ARGS...`` runs the app instead (``python -m model ARGS...``) on the
-emulated CPU, e.g. the demo's q4_0 greedy text, the symptom issue 39 named
+emulated CPU, e.g. the demo's q4_0 greedy text, the symptom an AVX2-only EPYC once showed
 ("!!!!" on an AVX2-only EPYC):
 
     ... qemu-x86_64-static -cpu Haswell .venv/bin/python tests/avx2_under_qemu.py --app \\

@@ -146,7 +146,7 @@ def _cli_in(cwd, env, *args):
 
 
 def test_impl_steps_names_every_unfinished_step_it_needs_at_once(tmp_path, folder):
-    # Issue 43: it named step 01 alone when 01-11 were all unfinished.
+    # It once named step 01 alone when 01-11 were all unfinished.
     from tasks import task_command
 
     cwd, env = learner_tree(tmp_path, finished=False)
@@ -157,7 +157,7 @@ def test_impl_steps_names_every_unfinished_step_it_needs_at_once(tmp_path, folde
         assert f"steps/step_{step}.py (line " in done.stderr and f"`{task_command('s' + step)}`" in done.stderr
     assert "step_12" not in done.stderr and "step_15" not in done.stderr  # not needed to generate
     assert done.stderr.index("step_03.py") < done.stderr.index("step_10.py")  # in order
-    # Before the model is looked up: offline, without --model, it named the hub instead (issue 43's run).
+    # Before the model is looked up: offline, without --model, it named the hub instead.
     offline = _cli_in(cwd, dict(env, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf")), "--impl", "steps", "x")
     assert offline.returncode == 2 and "steps/step_01.py (line " in offline.stderr, offline.stderr
 
@@ -221,6 +221,6 @@ def test_usage_errors_arrive_before_the_model_is_loaded(folder, monkeypatch, cap
     assert err == "error: the prompt has 100 tokens; GPT-2's context holds 64\n"
     assert main(["--model", str(folder / "nowhere"), "Hello"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
-    # `generate -- --model demo "Hello"`: after `--` the options are prompts (issue 43's run).
+    # `generate -- --model demo "Hello"`: after `--` the options are prompts.
     assert main(["--", "--model", "demo", "Hello"]) == 2
     assert capsys.readouterr().err.startswith("error: '--model' was read as a prompt (it came after `--`)")

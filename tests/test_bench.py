@@ -70,7 +70,7 @@ def test_table_compares_llama_cpp_at_the_same_weight_format():
 
 
 def test_the_4_bit_pairing_is_byte_for_byte(tmp_path, monkeypatch):
-    # Issue 45: our all-Q4_0 model against llama-quantize --pure, our q4_0m (the head in Q6_K)
+    # Our all-Q4_0 model against llama-quantize --pure, our q4_0m (the head in Q6_K)
     # against llama-quantize's default Q4_0 file, which keeps the tied head in Q6_K.
     from bench import llama_cpp
 

@@ -86,7 +86,7 @@ def test_every_step_has_its_checks_and_a_skeleton():
 
 
 def test_the_compile_note_speaks_only_when_this_run_compiled_for_more_than_a_second(monkeypatch):
-    # Issue 43: "MAX's kernel cache on this machine is cold ..." printed on the
+    # A learner's first hour: "MAX's kernel cache on this machine is cold ..." printed on the
     # 10th run at 2-3 s; MAX's "compiled ... on the fly" line on every run.
     from checker import maxrun
 
@@ -103,7 +103,7 @@ def test_the_compile_note_speaks_only_when_this_run_compiled_for_more_than_a_sec
 
 
 def test_a_long_wait_is_announced_while_it_lasts_and_a_short_one_says_nothing():
-    # Issue 43, point 3: a first `show 07` or step 12 check sat silent for minutes.
+    # A first `show 07` or step 12 check sat silent for minutes.
     import io
     import time
 

@@ -1,5 +1,5 @@
 """model/cpu.py: which kernel path a CPU runs, which it can, and the refusal
-of one it cannot (issue 39: on an AVX2-only AMD EPYC, q4_0 wrote "!!!!")."""
+of one it cannot (before the AVX2 path, q4_0 wrote "!!!!" on an AVX2-only AMD EPYC)."""
 
 from __future__ import annotations
 

@@ -253,7 +253,7 @@ def q8_0_model(name: str):
 
 @pytest.mark.parametrize("name", ["trained-bytes", "demo"])
 def test_q8_0_greedy_tokens_equal_float32_on_trained_checkpoints(name):
-    # Issue 11's bar for an 8-bit format: greedy tokens equal fp32's (the HF
+    # The bar for an 8-bit format: greedy tokens equal fp32's (the HF
     # reference continuation, which fp32 equals) on the trained checkpoints.
     gpt2, ref = q8_0_model(name)
     assert gpt2.quantized_layers == 4 * gpt2.config.n_layer + 1  # every Linear, the LM head too

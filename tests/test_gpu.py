@@ -2,8 +2,8 @@
 and in bfloat16 (the GPU default), against Hugging Face's reference data.
 Skipped (with the reason) where MAX sees no accelerator, as on CI.
 
-On a GPU machine with MAX: ``python -m pytest -ra tests/test_gpu.py``. On the
-lent GPU machines (Python 3.12, no MAX, no network): ``python3.13 -m gpu pack``
+On a GPU machine with MAX: ``python -m pytest -ra tests/test_gpu.py``. On a
+GPU machine without network or MAX (Python 3.12): ``python3.13 -m gpu pack``
 here, then ``python3 -m gpu receive`` there once per piece and ``python3 -m
 gpu run tests`` (docs/gpu.md)."""
 

@@ -1,7 +1,7 @@
 """The app has one model build: ``model.gpt2.load_gpt2`` (its graph made by
 model/graph.py). Read from the source, so that a second build path (another
 compile, a tree patched after construction, a string-built import of the
-course) fails here by name; and the package's shape (issue 42): one place
+course) fails here by name; and the package's shape: one place
 defines each build option, each cache path, each Linear class.
 
 The server (serve/) is the one other place a network is built, because MAX's

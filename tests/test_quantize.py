@@ -52,7 +52,7 @@ def test_every_quantized_dtype_has_an_encoding():
 
 
 def test_q4_0m_is_llama_cpp_s_mixture():
-    # Issue 45: llama-quantize's default Q4_0 keeps GPT-2's tied head in Q6_K (Q8_0 where
+    # llama-quantize's default Q4_0 keeps GPT-2's tied head in Q6_K (Q8_0 where
     # the width does not fit Q6_K's 256). The head is the Linear without a bias (step 11).
     from max.experimental import functional as F
 
@@ -173,7 +173,7 @@ def test_float32_equals_hugging_face_on_the_trained_checkpoint():
 
 @pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
 def test_another_kernel_path_writes_the_same_demo_text(dtype, monkeypatch):
-    # Issue 39: on an AVX2-only CPU q4_0 wrote "!!!!" (MAX's Q4_0 kernel read
+    # Before the AVX2 path, on an AVX2-only CPU q4_0 wrote "!!!!" (MAX's Q4_0 kernel read
     # blocks packed for AVX-512). The demo's greedy continuation on this CPU's
     # own path and on another it can run (AVX2 where this CPU has AVX-512,
     # portable where it has AVX2 only): the same tokens, logits within float
@@ -197,7 +197,7 @@ def test_another_kernel_path_writes_the_same_demo_text(dtype, monkeypatch):
 
 
 def test_quantizing_lets_go_of_the_float32_pages(tmp_path):
-    # Issue 45 (a first quantized run's peak memory): each matrix read from a mapped file
+    # A first quantized run's peak memory: each matrix read from a mapped file
     # is quantized, then its pages leave the process's resident memory.
     from test_weights import resident_pages
 

@@ -179,7 +179,7 @@ def app_greedy(app_model, prompts: list[list[int]], n: int) -> list[list[int]]:
 # 26.7's KVCacheConfig.kv_cache_page_size default; the server's log prints
 # "page_size: 128 tokens"), and the tests above never pass 50 tokens: one
 # page. The demo's window is 256 tokens (n_positions), so the longest
-# sequence it allows, 256, is what these use (issue 44 asks for 300+: that
+# sequence it allows, 256, is what these use (300+ was asked for: that
 # needs a checkpoint with a wider window; HF's own greedy reference covers 40
 # tokens, the app's, held to HF's by tests/test_demo.py, covers the rest).
 PAGE = 128

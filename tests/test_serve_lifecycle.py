@@ -1,4 +1,4 @@
-"""`python -m serve` stopped under load, and two of them behind HAProxy (issue 44, point 4).
+"""`python -m serve` stopped under load, and two of them behind HAProxy.
 
     python3.13 -m pytest tests/test_serve_lifecycle.py                          # SIGTERM drains (CI)
     GPT2_MAX_REPLICAS=1 python3.13 -m pytest tests/test_serve_lifecycle.py -s   # + two replicas, one killed

@@ -65,7 +65,7 @@ def test_unknown_step_is_a_usage_error(capsys):
 
 
 def test_the_solution_s_rows_are_printed_beside_yours(tmp_path, capsys):
-    # Issue 43: show printed only the learner's matrix; a mask compared with
+    # show once printed only the learner's matrix; a mask compared with
     # >= instead of > is plain when the solution's rows stand beside it.
     path = tmp_path / "step_02.py"
     path.write_text(solution_path("02").read_text().replace("hidden = F.greater(", "hidden = F.greater_equal("))
@@ -79,7 +79,7 @@ def test_the_solution_s_rows_are_printed_beside_yours(tmp_path, capsys):
 
 
 def test_an_unfinished_earlier_step_is_named_before_anything_compiles(capsys, monkeypatch):
-    # Issue 43: the first `show 07` took 233 s (the solution's kernels) before
+    # The first `show 07` once took 233 s (the solution's kernels) before
     # failing on an unfinished step 01. The repository's steps/ are skeletons.
     import checker.show as shown
 

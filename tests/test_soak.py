@@ -1,4 +1,4 @@
-"""The server under load, for minutes: run by hand, not in CI (issue 44, point 4).
+"""The server under load, for minutes: run by hand, not in CI.
 
     GPT2_MAX_SOAK=300 python3.13 -m pytest tests/test_soak.py -s     # 64 clients for 5 minutes
 

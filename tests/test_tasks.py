@@ -81,7 +81,7 @@ def test_other_tasks_run_through_tasks_py():
 
 
 def test_messages_name_commands_the_way_the_learner_runs_tasks(monkeypatch):
-    # Issue 43: messages said `pixi run s01` to a learner without pixi.
+    # Messages once said `pixi run s01` to a learner without pixi.
     import tasks
 
     monkeypatch.setenv(tasks.RUNNER, "python3.13 tasks.py")  # what tasks.py puts in its tasks' environment
@@ -95,7 +95,7 @@ def test_messages_name_commands_the_way_the_learner_runs_tasks(monkeypatch):
 
 
 def test_the_first_install_prints_a_few_lines_not_pip_s_stream(tmp_path, monkeypatch, capsys):
-    # Issue 43: the first `tasks.py s01` buried its output under dozens of pip WARNING lines.
+    # The first `tasks.py s01` once buried its output under dozens of pip WARNING lines.
     import subprocess
 
     import pytest

@@ -396,7 +396,7 @@ def test_half_precision_files_load_as_float32(tmp_path, dtype):
 
 
 def test_first_load_makes_its_copies_one_at_a_time_and_maps_them(tmp_path):
-    """Issue 45 (peak memory of a first run: at gpt2-xl the copies are 6 GB):
+    """Peak memory of a first run (at gpt2-xl the copies are 6 GB):
     on the first load each copy is made, written and let go before the next
     is made, and what load_state returns is the saved files mapped, so none
     of it is resident until read."""
