@@ -84,11 +84,13 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     config = read_config(folder)  # refuses, by name, what this project cannot run as HF does
     if args.max_length is not None and not 1 <= args.max_length <= config.n_positions:
         raise SystemExit(f"serve: --max-length must be 1..{config.n_positions} (this model's n_positions)")
-    from model.device import auto_note, choose
+    device = args.device
+    if device == "auto":  # a GPU when MAX sees one, except on macOS (model/device.py)
+        from model.device import auto_note, choose
 
-    device = choose(args.device).kind  # auto: a GPU when MAX sees one, except on macOS (model/device.py)
-    if note := auto_note(args.device):
-        print(f"serve: {note}", file=sys.stderr)
+        device = choose("auto").kind
+        if note := auto_note("auto"):
+            print(f"serve: {note}", file=sys.stderr)
     # What the engine's process builds (serve/model_config.py reads it back):
     # float32 on the CPU, bfloat16 on a GPU, the --impl and --linear asked for,
     # and with --echo a network that returns every position's logits. Not

@@ -372,3 +372,15 @@ def test_end_group_does_not_wait_on_a_group_of_zombies():
     end_group(pid, grace=10)
     assert time.monotonic() - start < 2
     child.returncode = 0  # reaped by end_group; keep Popen's destructor from waiting again
+
+
+def test_auto_takes_a_gpu_it_sees_except_on_macos(monkeypatch):
+    from model import device
+
+    encoding = lambda: dict(zip(*[iter(command("--model", "demo", "--device", "auto")[3:])] * 2))[  # noqa: E731
+        "--quantization-encoding"]
+    monkeypatch.setattr(device, "accelerator_count", lambda: 1)
+    monkeypatch.setattr(device.sys, "platform", "linux")
+    assert encoding() == "bfloat16"
+    monkeypatch.setattr(device.sys, "platform", "darwin")
+    assert encoding() == "float32"
