@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from checker import maxrun, oracle
+from checker import maxrun, oracle, registry
 from checker.show import SMALL, _ids, _solution_class, _x
 
 
@@ -59,12 +59,9 @@ def step_15() -> np.ndarray:
     return _head_0_attention("GPT2AttentionWithWeights", 15)
 
 
-# step -> (the solution's matrix, what show.py calls it); the other steps have no matrix.
-PICTURES = {
-    "02": (step_02, "mask (0 visible, -inf hidden)"),
-    "05": (step_05, "one row per id"),
-    "06": (step_06, "rows 2..6 of the table"),
-    "07": (step_07, "head 0's attention weights (rows: queries)"),
-    "11": (step_11, "logits: one row per position, one column per token id"),
-    "15": (step_15, "head 0's attention weights (rows: queries)"),
-}
+def pictures() -> dict:
+    """Step -> (the solution's matrix, its name) for every step checker/registry.py names a picture for."""
+    return {step.number: (globals()[f"step_{step.number}"], step.picture) for step in registry.STEPS if step.picture}
+
+
+PICTURES = pictures()

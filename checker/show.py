@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from checker import maxrun
+from checker import maxrun, registry
 from checker.harness import ATOL, RTOL, close, describe_exception, largest_difference, load_file
 from checker.skeleton import ROOT
 from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
@@ -34,8 +34,7 @@ SMALL = maxrun.SMALL_CONFIG
 class Shown:
     output: np.ndarray
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
-    picture: np.ndarray | None = None  # a 2-D matrix worth looking at
-    picture_name: str = ""
+    picture: np.ndarray | None = None  # a 2-D matrix worth looking at (its name: checker/registry.py)
     labels: list[str] | None = None  # names for a short output (step 01)
 
 
@@ -75,7 +74,7 @@ def show_01(mod) -> Shown:
 
 def show_02(mod) -> Shown:
     mask = maxrun.lazily(mod.causal_mask, 4, 2, what="causal_mask(4, past_len=2)")
-    return Shown(mask, {"seq_len": np.array(4), "past_len": np.array(2)}, mask, "mask (0 visible, -inf hidden)")
+    return Shown(mask, {"seq_len": np.array(4), "past_len": np.array(2)}, mask)
 
 
 def show_03(mod) -> Shown:
@@ -93,14 +92,14 @@ def show_05(mod) -> Shown:
     w = maxrun.random_weights({"weight": [SMALL["vocab_size"], 8]}, seed=5)
     ids = _ids(6)
     out = maxrun.run(maxrun.build(mod.TokenEmbedding, SMALL["vocab_size"], 8, weights=w), ids)
-    return Shown(out, {"ids": ids}, out[0], "one row per id")
+    return Shown(out, {"ids": ids}, out[0])
 
 
 def show_06(mod) -> Shown:
     w = maxrun.random_weights({"weight": [SMALL["n_positions"], 8]}, seed=6)
     module = maxrun.build(mod.PositionEmbedding, SMALL["n_positions"], 8, weights=w)
     out = maxrun.lazily(module, 5, 2, what="PositionEmbedding(seq_len=5, past_len=2)")
-    return Shown(out, {"seq_len": np.array(5), "past_len": np.array(2)}, out, "rows 2..6 of the table")
+    return Shown(out, {"seq_len": np.array(5), "past_len": np.array(2)}, out)
 
 
 def _attention_picture(module, x) -> np.ndarray:
@@ -123,7 +122,7 @@ def show_07(mod) -> Shown:
     x = _x((1, 5, SMALL["n_embd"]), 7)
     module = _paired(mod, "GPT2MultiHeadAttention", 7)
     out = maxrun.run(module, x)[0]
-    return Shown(out, {"x": x}, _attention_picture(module, x), "head 0's attention weights (rows: queries)")
+    return Shown(out, {"x": x}, _attention_picture(module, x))
 
 
 def show_08(mod) -> Shown:
@@ -153,7 +152,7 @@ def show_10(mod) -> Shown:
 def show_11(mod) -> Shown:
     ids = _ids()
     out = maxrun.lazily(_paired(mod, "GPT2LMHeadModel", 11), maxrun.tensor(ids), None, what="GPT2LMHeadModel")[0]
-    return Shown(out, {"ids": ids}, out[0], "logits: one row per position, one column per token id")
+    return Shown(out, {"ids": ids}, out[0])
 
 
 def show_12(mod) -> Shown:
@@ -186,7 +185,7 @@ def show_15(mod) -> Shown:
     x = _x((1, 5, SMALL["n_embd"]), 15)
     module = _paired(mod, "GPT2AttentionWithWeights", 15)
     probs = maxrun.lazily(module, maxrun.tensor(x), None, None, return_weights=True, what="forward")[3]
-    return Shown(probs, {"x": x}, probs[0, 0], "head 0's attention weights (rows: queries)")
+    return Shown(probs, {"x": x}, probs[0, 0])
 
 
 def show_16(mod) -> Shown:
@@ -196,7 +195,13 @@ def show_16(mod) -> Shown:
     return Shown(maxrun.run(module, x, positions), {"x": x, "positions": positions})
 
 
-SHOWS = {f"{n:02d}": globals()[f"show_{n:02d}"] for n in range(1, 17)}
+def shows() -> dict:
+    """Step -> its show function (``show_NN`` above), for every step of checker/registry.py that has one."""
+    found = {step.number: globals().get(f"show_{step.number}") for step in registry.STEPS}
+    return {number: function for number, function in found.items() if function is not None}
+
+
+SHOWS = shows()
 
 
 def picture(matrix: np.ndarray, width: int = 8) -> str:
@@ -261,13 +266,16 @@ def show(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m checker.show", description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", help="step number, 01-16")
+    p.add_argument("step", help=f"step number ({registry.numbers()})")
     p.add_argument("--file", type=Path, default=None, help="show this file as the step (default: steps/step_NN.py)")
     p.add_argument("--png", type=Path, default=None, help="also draw the step's matrix to this PNG")
     args = p.parse_args(argv)
     step = args.step.zfill(2)
+    if registry.find(step) is None:
+        print(f"show: no step {args.step!r}; steps are {registry.numbers()}", file=sys.stderr)
+        return 2
     if step not in SHOWS:
-        print(f"show: no step {args.step!r}; steps are 01-16", file=sys.stderr)
+        print(f"show: step {step} has nothing to show yet; `{task_command('s' + step)}` checks it", file=sys.stderr)
         return 2
     path = args.file or ROOT / "steps" / f"step_{step}.py"
     if not path.is_file():
@@ -313,11 +321,15 @@ def show(argv: list[str] | None = None) -> int:
     ok, summary = compare(got, want)
     print(f"  {summary}")
     if solution.picture is not None:
-        print(f"  {solution.picture_name}:")
-        print(side_by_side(learner.picture if learner.picture is not None else got, solution.picture))
+        # The name says what the solution's matrix is; the learner's side is whatever their
+        # code returned from the same input (for step 06, perhaps other rows than 2..6).
+        name = registry.find(step).picture
+        print(f"  the solution's {name}, beside yours from the same input:")
+        mine = learner.picture if learner.picture is not None else got
+        print(side_by_side(mine, solution.picture))
         if args.png:
-            draw({"yours": np.asarray(learner.picture), "solution": np.asarray(solution.picture)},
-                 solution.picture_name, args.png)
+            draw({"yours, from the same input": np.asarray(mine), f"solution: {name}": np.asarray(solution.picture)},
+                 args.png)
             print(f"  wrote {args.png}")
     elif args.png:
         print("  (this step has no matrix to draw; --png ignored)")
@@ -326,8 +338,8 @@ def show(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-def draw(panels: dict[str, np.ndarray], title: str, out: Path) -> None:
-    """Each matrix side by side, titled "{name}: {title}"; -inf (hidden) left blank."""
+def draw(panels: dict[str, np.ndarray], out: Path) -> None:
+    """Each matrix side by side under its title (the dict's key); -inf (hidden) left blank."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -335,13 +347,13 @@ def draw(panels: dict[str, np.ndarray], title: str, out: Path) -> None:
     from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False)
-    for ax, (name, m) in zip(axes[0], panels.items()):
+    for ax, (title, m) in zip(axes[0], panels.items()):
         shown = np.where(np.isneginf(m), np.nan, m)
         wide = m.shape[1] > 4 * m.shape[0]  # logits (5 x 101): square cells would be a thin strip
         image = ax.imshow(shown, cmap="viridis", aspect="auto" if wide else "equal")
         if np.nanmax(shown) > np.nanmin(shown):  # a mask is all 0 where visible: no scale to read
             fig.colorbar(image, ax=ax, shrink=0.8)
-        ax.set_title(f"{name}: {title}", fontsize=8)
+        ax.set_title(title, fontsize=8)
         for axis in (ax.xaxis, ax.yaxis):  # rows and columns are indices: no 0.5 ticks
             axis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()

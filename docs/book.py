@@ -24,7 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # checker/ draws the steps' pictures
 BOOK = ROOT / "build" / "book"
-STEPS = [f"{n:02d}" for n in range(1, 17)]
+
+from checker import registry  # noqa: E402  (the path above first)
+
+STEPS = [step.number for step in registry.STEPS]
 
 def code(text: str) -> str:
     """reST's ``literal`` as Markdown's `literal`."""
@@ -102,7 +105,7 @@ def draw_pictures(folder: Path) -> None:
     from checker.show import draw
 
     for step, (matrix, name) in PICTURES.items():
-        draw({"solution": matrix()}, name, folder / f"step-{step}.png")
+        draw({f"solution: {name}": matrix()}, folder / f"step-{step}.png")
 
 
 def relinked(text: str, rules: list[tuple[str, str]]) -> str:
@@ -132,6 +135,17 @@ def write_pages(book: Path = BOOK) -> None:
         (book / page.name).write_text(text)
     card = (ROOT / "weights" / "demo" / "MODEL_CARD.md").read_text()
     (book / "model-card.md").write_text(relinked(card, [(r"\]\(\.\./\.\./docs/", "](")]))
+
+
+def on_config(config, **kwargs):
+    """mkdocs hook (mkdocs.yml's ``hooks``): the course's section of the navigation gets one
+    entry per step of checker/registry.py, before the section's other pages."""
+    for section in config["nav"] or []:
+        if isinstance(section, dict) and "The course" in section:
+            pages = section["The course"]
+            steps = [{step.heading: f"steps/step-{step.number}.md"} for step in registry.STEPS]
+            section["The course"] = steps + [page for page in pages if page not in steps]
+    return config
 
 
 def main(argv: list[str]) -> int:

@@ -157,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             roots = (*MODEL_STEPS, "15")  # the attention map keeps step 15's probabilities
             unfinished = unfinished_steps(*roots)
             if unfinished:  # all of them at once, before anything compiles
-                raise UsageError(unfinished_message(unfinished, roots))
+                bonus = (" (step 15 is a bonus step, and the one this command needs: it keeps the attention "
+                         "weights; without --impl steps the map uses the solutions)"
+                         if "15" in dict(unfinished) else "")
+                raise UsageError(unfinished_message(unfinished, roots) + bonus)
         gpt2 = load_attention_model(checkpoint, args.layer, args.device, args.impl)
         ids = gpt2.tokenizer.encode(args.prompt)
         if len(ids) > gpt2.config.n_positions:

@@ -72,6 +72,9 @@ def unfinished_message(unfinished: list[tuple[str, int]], roots: tuple[str, ...]
     from tasks import task_command
 
     checks = ", ".join(f"`{task_command('s' + step)}`" for step, _ in unfinished)
+    if len(unfinished) == 1:
+        return (f"--impl steps builds GPT-2 from your steps {needed}; one still has a TODO: {files}. "
+                f"Finish it and check it: {checks}")
     return (f"--impl steps builds GPT-2 from your steps {needed}; {len(unfinished)} still have TODOs: {files}. "
             f"Finish them in this order and check each: {checks}")
 

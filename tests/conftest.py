@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from checker import __main__ as cli
+from checker import registry
 from checker.harness import Outcome, run_checks
 from checker.skeleton import ROOT, make_skeleton
 
@@ -18,7 +19,7 @@ SOLUTIONS = ROOT / "solutions"
 
 def written_steps() -> list[str]:
     """Every step (each has its checks)."""
-    return list(cli.STEP_TITLES)
+    return [step.number for step in registry.STEPS]
 
 
 def solution_path(step: str) -> Path:

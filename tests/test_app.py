@@ -177,6 +177,15 @@ def test_the_steps_a_build_needs_follow_the_learner_s_imports(tmp_path):
     assert unfinished_steps("02", folder=folder) == []
 
 
+def test_the_unfinished_message_counts_in_words():
+    from model.course import unfinished_message
+
+    one = unfinished_message([("15", 63)], ("15",))
+    assert "one still has a TODO: steps/step_15.py (line 63)" in one and "Finish it" in one
+    two = unfinished_message([("02", 4), ("07", 9)], ("07",))
+    assert "2 still have TODOs: steps/step_02.py (line 4), steps/step_07.py (line 9)" in two
+
+
 def test_impl_steps_runs_a_finished_course(tmp_path, folder):
     cwd, env = learner_tree(tmp_path, finished=True)
     args = ("--model", str(folder), "--temperature", "0", "--max-new-tokens", "6", "--quiet", "Hello")

@@ -8,7 +8,7 @@ import tomllib
 
 from conftest import run_python
 
-from checker import __main__ as cli
+from checker import registry
 from checker.skeleton import ROOT
 
 PIXI = tomllib.loads((ROOT / "pixi.toml").read_text())
@@ -30,8 +30,8 @@ def test_pixi_manifest_shape():
 
 
 def test_every_step_has_a_task_and_the_suite_too():
-    for step in cli.STEP_TITLES:
-        assert TASKS[f"s{step}"]["cmd"] == f"python -m checker {step}"
+    for step in registry.STEPS:  # and their descriptions: tests/test_registry.py
+        assert TASKS[step.task]["cmd"] == f"python -m checker {step.number}"
     for name in ("test", "test-all", "warm", "skeletons", "generate", "bench"):
         assert name in TASKS
     assert all(spec.get("description") for spec in TASKS.values())

@@ -1,1 +1,1 @@
-"""One module per step: ``TITLE`` and ``CHECKS`` (a list of harness.Check)."""
+"""One module per step: ``USES_MAX`` and ``CHECKS`` (a list of harness.Check); its title is in checker/registry.py."""

@@ -6,7 +6,6 @@ import dataclasses
 
 from checker.harness import Check, CheckFailed, StepContext
 
-TITLE = "the GPT-2 config"
 USES_MAX = False
 
 FIELDS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon")

@@ -7,7 +7,6 @@ import numpy as np
 from checker import maxrun, oracle
 from checker.harness import Check, CheckFailed, StepContext, assert_close, close, describe_exception
 
-TITLE = "the causal mask"
 USES_MAX = True
 
 MISTAKES = {

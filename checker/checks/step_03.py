@@ -7,7 +7,6 @@ import numpy as np
 from checker import maxrun, oracle
 from checker.harness import Check, CheckFailed, StepContext, compare
 
-TITLE = "layer normalization"
 USES_MAX = True
 DIM = 48
 

@@ -7,7 +7,6 @@ import numpy as np
 from checker import maxrun, oracle
 from checker.harness import Check, StepContext, compare
 
-TITLE = "the MLP (GPT2MLP)"
 USES_MAX = True
 CONFIG = maxrun.SMALL_CONFIG
 

@@ -7,7 +7,6 @@ import numpy as np
 from checker import maxrun
 from checker.harness import Check, StepContext, compare
 
-TITLE = "token embeddings"
 USES_MAX = True
 VOCAB, DIM = 101, 48
 

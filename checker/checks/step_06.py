@@ -7,7 +7,6 @@ import numpy as np
 from checker import maxrun
 from checker.harness import Check, CheckFailed, StepContext, compare
 
-TITLE = "position embeddings"
 USES_MAX = True
 POSITIONS, DIM = 96, 48
 

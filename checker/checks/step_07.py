@@ -12,7 +12,6 @@ import numpy as np
 from checker import maxrun, oracle
 from checker.harness import Check, CheckFailed, StepContext, compare
 
-TITLE = "multi-head attention"
 USES_MAX = True
 CONFIG = maxrun.SMALL_CONFIG
 E, H = CONFIG["n_embd"], CONFIG["n_head"]

@@ -7,7 +7,6 @@ import numpy as np
 from checker import maxrun, oracle
 from checker.harness import Check, StepContext, compare
 
-TITLE = "residual connections and pre-layer-norm"
 USES_MAX = True
 E = 48
 

@@ -7,7 +7,6 @@ import numpy as np
 from checker import maxrun, oracle
 from checker.harness import Check, CheckFailed, StepContext, compare
 
-TITLE = "the stacked model"
 USES_MAX = True
 CONFIG = maxrun.SMALL_CONFIG
 H = CONFIG["n_head"]

@@ -8,7 +8,6 @@ from checker import maxrun
 from checker.checks.step_10 import call
 from checker.harness import Check, CheckFailed, StepContext, compare
 
-TITLE = "the language-model head"
 USES_MAX = True
 CONFIG = maxrun.SMALL_CONFIG
 

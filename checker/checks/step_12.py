@@ -7,7 +7,6 @@ import numpy as np
 from checker import maxrun, oracle
 from checker.harness import Check, CheckFailed, StepContext
 
-TITLE = "text generation"
 USES_MAX = True
 CONFIG = maxrun.SMALL_CONFIG
 

@@ -8,7 +8,6 @@ from checker import maxrun
 from checker import oracle_attention as oa
 from checker.harness import Check, CheckFailed, StepContext, compare
 
-TITLE = "multi-head attention in numpy (bonus)"
 USES_MAX = True  # the comparison with step 07 runs MAX
 
 HINT_SCALE = "divide the scores by sqrt(d_h), the head width"

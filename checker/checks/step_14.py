@@ -8,7 +8,6 @@ from checker import maxrun, oracle
 from checker import oracle_attention as oa
 from checker.harness import Check, CheckFailed, StepContext, compare
 
-TITLE = "the post-LN attention block (bonus)"
 USES_MAX = True
 D_MODEL, HEADS = 24, 4
 

@@ -8,7 +8,6 @@ from checker import maxrun, oracle
 from checker import oracle_attention as oa
 from checker.harness import Check, CheckFailed, StepContext, compare
 
-TITLE = "attention weights (bonus)"
 USES_MAX = True
 CONFIG = maxrun.SMALL_CONFIG
 E, H = CONFIG["n_embd"], CONFIG["n_head"]

@@ -8,7 +8,6 @@ from checker import maxrun
 from checker import oracle_attention as oa
 from checker.harness import Check, CheckFailed, StepContext, compare
 
-TITLE = "rotary causal attention (bonus)"
 USES_MAX = True
 D_MODEL, HEADS = 32, 4
 HEAD_DIM = D_MODEL // HEADS
