@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import linecache
-import re
 import sys
 import time
 import traceback
@@ -25,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from checker.skeleton import ROOT, TODO_MARK
+from model import max_internals as mi
 from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
 
 # fp32 tolerance: the learner's graph and the solution's may order reductions
@@ -141,7 +141,7 @@ def describe_exception(exc: BaseException, learner_path: Path) -> tuple[str, str
         hint = ("MAX turned float('-inf') into an integer: with plain Python numbers on both sides (as in "
                 "F.where(cond, float('-inf'), 0.0)) it picks an integer dtype. Make at least one a float32 tensor: "
                 "Tensor.full([], float('-inf'), dtype=dtype, device=device)")
-    if "Failed to create op" in text and "Diagnostics:" in text:
+    if mi.OP_FAILED in text and mi.DIAGNOSTICS in text:
         hint = _mask_width_hint(text, learner_path) or _shape_hint(text, hint)
         return f"{where}{type(exc).__name__}: {_graph_op_error(text)}", hint
     return f"{where}{type(exc).__name__}: {_first_lines(text)}", hint
@@ -153,11 +153,10 @@ def _graph_op_error(text: str) -> str:
     (which comes last, so cutting the message at a few lines loses it)."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     op = lines[0]
-    value = re.compile(r"(\w+) = \w*Value\(dtype=(\w+), shape=\[(.*?)\], device=([^)]*)\)")
-    inputs = [f"{m[1]}: {m[2]} [{re.sub(r'Dim\((.*?)\)', r'\1', m[3])}] on {m[4]}"
-              for m in map(value.search, lines) if m]
-    at = next(i for i, line in enumerate(lines) if line.startswith("Diagnostics:"))
-    reason = next((line for line in lines[at + 1:] if not line.startswith("Failed to infer")), "")
+    inputs = [f"{m[1]}: {m[2]} [{mi.DIM.sub(r'\1', m[3])}] on {m[4]}"
+              for m in map(mi.OP_INPUT.search, lines) if m]
+    at = next(i for i, line in enumerate(lines) if line.startswith(mi.DIAGNOSTICS))
+    reason = next((line for line in lines[at + 1:] if not line.startswith(mi.INFER_FAILED)), "")
     return "\n".join([op, *("  " + i for i in inputs), "  why: " + reason])
 
 
@@ -166,10 +165,10 @@ def _mask_width_hint(text: str, learner_path: Path) -> str | None:
     built for the new tokens alone, without the cached ones (past_len not
     passed). MAX fails at the add; the mistake is where the mask was made, so
     the hint names that line of the learner's file."""
-    if "'AddOp'" not in text:
+    if mi.ADD_OP not in text:
         return None
-    shapes = [[d.strip() for d in m.split(",")] for m in re.findall(r"shape=\[(.*?)\]", text)]
-    shapes = [[re.sub(r"Dim\((.*?)\)", r"\1", d) for d in shape] for shape in shapes]
+    shapes = [[d.strip() for d in m.split(",")] for m in mi.SHAPE.findall(text)]
+    shapes = [[mi.DIM.sub(r"\1", d) for d in shape] for shape in shapes]
     scores = next((sh for sh in shapes if len(sh) == 4), None)
     mask = next((sh for sh in shapes if len(sh) == 2), None)
     if scores is None or mask is None or mask[0] != scores[2] or mask[1] == scores[3]:
@@ -183,11 +182,11 @@ def _mask_width_hint(text: str, learner_path: Path) -> str | None:
 
 
 def _shape_hint(text: str, default: str) -> str:
-    if "Failed to resolve valid dtype" in text or "Unsafe cast" in text:
+    if any(pattern in text for pattern in mi.DTYPE_MISMATCH):
         return ("the op's inputs have different dtypes (the `why` line names them): a length taken from a shape, "
                 "such as x.shape[-1], is an int64 dimension; make it a Python number first (int(x.shape[-1])) "
                 "before it meets a float tensor, or cast a tensor with t.cast(DType.float32)")
-    if "MatmulOp" in text or "matmul" in text.lower():
+    if mi.MATMUL_OP in text or "matmul" in text.lower():
         return ("a matmul's shapes disagree: the last axis of the left must equal the second-to-last of the right "
                 "([.., n, k] @ [.., k, m]); for attention scores transpose the keys, q @ k.transpose(-1, -2)")
     if "shape" in text.lower() or "dimension" in text.lower():

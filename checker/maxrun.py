@@ -129,28 +129,40 @@ def random_weights(shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.
 
 
 COMPILED: list[tuple[str, float]] = []  # MAX's on-the-fly kernel compiles in this process: (kernel, seconds)
+COMPILING: dict[str, float | None] = {"since": None}  # when the compile under way began (monotonic); None: none
 
 
 def collect_compiles() -> bool:
-    """Collect MAX's on-the-fly kernel compiles into COMPILED instead of MAX
-    printing a line for its first one: a check reports them once, and only
-    when they cost time (``compile_note``). MAX 26.7 reports each compile
-    through ``max._eager_policy.record_cold_compile``; False where that is gone
-    (MAX's own line then stays)."""
-    try:
-        from max import _eager_policy
-    except ImportError:
+    """Follow MAX's on-the-fly kernel compiles: each one's start in COMPILING and,
+    once done, its time in COMPILED, instead of MAX printing a line for its first
+    one. A check then reports them once, when they cost time (``compile_note``),
+    and announces a wait only while a compile is under way (``slow_notice``).
+    False where this MAX has no such events (model/max_internals.py): MAX's own
+    line then stays, and the notice falls back to the time alone."""
+    import time
+
+    from model.max_internals import eager_policy
+
+    policy = eager_policy()
+    if policy is None:
         return False
-    if not hasattr(_eager_policy, "record_cold_compile"):
-        return False
-    if getattr(_eager_policy.record_cold_compile, "collects", False):
+    if getattr(policy.record_cold_compile, "collects", False):
         return True
+    allowed = policy.allow_lazy_compile
+
+    def allow_and_note() -> bool:  # asked right before a kernel that is not cached compiles
+        ok = allowed()
+        if ok and COMPILING["since"] is None:
+            COMPILING["since"] = time.monotonic()
+        return ok
 
     def record(key: str, seconds: float, *, provisioned: bool = False) -> None:
         COMPILED.append((key, seconds))
+        COMPILING["since"] = None
 
     record.collects = True
-    _eager_policy.record_cold_compile = record
+    policy.allow_lazy_compile = allow_and_note
+    policy.record_cold_compile = record
     return True
 
 
@@ -175,8 +187,8 @@ SMALL_CONFIG = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=2, n_head
 def paired_modules(ctx, class_name: str, seed: int, config: dict = SMALL_CONFIG):
     """(learner's module, solution's module, weights): each built from its own
     file's ``class_name`` and ``GPT2Config(**config)``, both loaded with the
-    same random weights; built once per step run."""
-    key = ("paired", class_name)
+    same random weights; built once per step run and config."""
+    key = ("paired", class_name, tuple(sorted(config.items())))
     if key not in ctx.cache:
         solution = build(getattr(ctx.solution, class_name), ctx.solution.GPT2Config(**config))
         weights = random_weights(parameter_shapes(solution), seed=seed)
@@ -197,33 +209,44 @@ def check_same_parameters(ctx, class_name: str, hint: str, *args, config: dict =
     assert_parameters(make(ctx.learner), make(ctx.solution), hint)
 
 
-# Measured on 2 cores with MAX's caches empty (the first-hour runs of 2026-11-24 and
-# -25): step 12's model check 125-229 s, `show 02` 158 s, `show 07` 233 s,
-# step 07's checks 313 s while `warm` ran beside them; warm, each takes
-# seconds. What the notice below says.
+# What a first run takes on 2 cores with MAX's caches empty (the measurements: docs/journal.md).
 COLD = ("the first run on this machine compiles MAX's kernels: up to ~2-5 min on 2 cores (longer while "
-        "`warm` runs beside it), seconds once cached")
+        "`warm` or other work runs beside it), seconds once cached")
 
 
 @contextmanager
 def slow_notice(what: str, after: float = 5.0, every: float = 60.0, out=None):
-    """Say, ``after`` seconds into ``what``, that it is compiling and for
-    roughly how long (COLD), then every ``every`` seconds how long it has run:
-    a warm run finishes first and prints nothing, so the lines are only seen
-    when they are true, and a minutes-long compile is never silent."""
+    """Say, ``after`` seconds into ``what``, that it is compiling and for roughly
+    how long (COLD), then every ``every`` seconds how long it has run; said only
+    when MAX has compiled or is compiling a kernel during ``what`` (a warm
+    machine's slow check says nothing), or, where MAX reports no compiles, on
+    the time alone. A minutes-long compile is never silent."""
     import threading
     import time
 
     out = out or sys.stdout
     start = time.monotonic()
     done = threading.Event()
+    since = len(COMPILED)
+    from model.max_internals import eager_policy
+
+    policy = eager_policy()
+    followed = policy is not None and getattr(policy.record_cold_compile, "collects", False)
+
+    def compiling() -> bool:
+        return not followed or COMPILING["since"] is not None or len(COMPILED) > since
 
     def say() -> None:
-        if done.wait(after):
-            return
-        print(f"  ... still running after {after:.0f} s ({what}): {COLD}", file=out, flush=True)
-        while not done.wait(every):
-            print(f"  ... still compiling ({what}): {time.monotonic() - start:.0f} s so far", file=out, flush=True)
+        told = None
+        while not done.wait(min(after, 0.5)):
+            now = time.monotonic()
+            if told is None and now - start >= after and compiling():
+                print(f"  ... still running after {now - start:.0f} s ({what}): {COLD}", file=out, flush=True)
+                told = now
+            elif told is not None and now - told >= every:
+                doing = "compiling" if not followed or COMPILING["since"] is not None else "running"
+                print(f"  ... still {doing} ({what}): {now - start:.0f} s so far", file=out, flush=True)
+                told = now
 
     thread = threading.Thread(target=say, daemon=True)
     thread.start()

@@ -134,7 +134,7 @@ def block(x: np.ndarray, w: dict[str, np.ndarray], n_head: int, prefix: str = ""
 
 
 def gpt2(ids: np.ndarray, w: dict[str, np.ndarray], n_head: int, prefix: str = "",
-         past: list | None = None, eps: float = 1e-5, *, final_norm: bool = True,
+         past: list | None = None, eps: float = 1e-5, *, final_norm: bool = True, final_eps: float | None = None,
          positions: bool = True, offset_positions: bool = True) -> tuple[np.ndarray, list]:
     """GPT2Model: ids [b, t] -> (hidden [b, t, e], [(keys, values)] per block)."""
     past_len = past[0][0].shape[2] if past else 0
@@ -149,7 +149,7 @@ def gpt2(ids: np.ndarray, w: dict[str, np.ndarray], n_head: int, prefix: str = "
         x, k, v = block(x, w, n_head, f"{prefix}h.{i}.", past[i] if past else None, eps)
         present.append((k, v))
     if final_norm:
-        x = layer_norm(x, w[prefix + "ln_f.weight"], w[prefix + "ln_f.bias"], eps)
+        x = layer_norm(x, w[prefix + "ln_f.weight"], w[prefix + "ln_f.bias"], eps if final_eps is None else final_eps)
     return x, present
 
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from model.max_internals import tensor_value
+
 
 class Slot:
     """One layer's buffers and where the call being traced writes.
@@ -63,7 +65,7 @@ class Slot:
         from max.experimental import functional as F
 
         seq = k.shape[2]
-        start, end = self.start.__tensorvalue__(), self.end.__tensorvalue__()
+        start, end = tensor_value(self.start), tensor_value(self.end)
         rows = (slice(None), slice(None), (slice(start, end), seq), slice(None))
         F.buffer_store_slice(self.keys, k, rows)
         F.buffer_store_slice(self.values, v, rows)

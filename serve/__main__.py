@@ -136,7 +136,7 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     # MAX_SERVE_DISABLE_TELEMETRY would turn both off, while OTEL_SDK_DISABLED
     # stops every exporter to Modular's collector (and the start-up log it
     # posts) but leaves /metrics, a pull surface on --host
-    # (max/serve/telemetry/common.py's _telemetry_disabled).
+    # (MAX's _telemetry_disabled: model/max_internals.py).
     env = dict(os.environ, OTEL_SDK_DISABLED="true", HF_HUB_OFFLINE="1", GPT2_SERVE_OPTIONS=json.dumps(asdict(options)),
                PYTHONPATH=os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])))
     if args.metrics_port is not None:  # a setting of MAX's server, read from the environment only

@@ -13,14 +13,18 @@ before any model code runs, and on the way it
   its chat route, for a model without a chat template: GPT-2);
 * stops at a ``stop`` string but returns the text with it (and at times the
   token after it), where OpenAI returns the text before it;
-* returns an ``echo`` request's completion without the prompt before it.
+* returns an ``echo`` request's completion without the prompt before it;
+* sends empty log-probability lists where none were asked for (OpenAI: null);
+* has no tokenizer routes (vLLM's, which evaluation clients ask first).
 
 ``CompletionChecks`` is an ASGI middleware around MAX's app (serve/engine.py
 puts it there): it reads the request body, refuses what the engine would
 ignore or hide with a 400 naming the field, rewrites ``seed: 0`` into a seed
 of its own, cuts each choice's text at the first stop string, streamed or
-not, and with ``echo`` puts the prompt before it. Every other request and
-response passes through unchanged.
+not, with ``echo`` puts the prompt before it, sets ``logprobs`` to null where
+none were asked for, and answers vLLM's tokenizer routes itself
+(serve/tokenizer_routes.py). Every other request and response passes through
+unchanged.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from max.serve._error_envelope import openai_error_body
+from model.max_internals import openai_error_body
+from serve import tokenizer_routes
 
 PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"
@@ -177,8 +182,12 @@ class StreamCut:
 
 async def refuse(send, message: str) -> None:
     """A 400 in MAX's own error envelope (OpenAI's), naming why."""
-    body = json.dumps(openai_error_body(400, message)).encode()
-    await send({"type": "http.response.start", "status": 400,
+    await respond(send, 400, openai_error_body(400, message))
+
+
+async def respond(send, status: int, payload: Any) -> None:
+    body = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
@@ -202,6 +211,8 @@ class CompletionChecks:
         return getattr(self.app, name)  # app.state, app.routes, ... for whoever holds the app
 
     async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and (scope.get("method"), scope.get("path")) in tokenizer_routes.ROUTES:
+            return await self.tokenizer_route(scope, receive, send)
         if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in (PATH, CHAT_PATH):
             return await self.app(scope, receive, send)
         if scope["path"] == CHAT_PATH:  # MAX would answer "Value error."
@@ -236,9 +247,29 @@ class CompletionChecks:
                 messages = [{"type": "http.request", "body": json.dumps(checked).encode(), "more_body": False}]
             stops = stop_strings(checked)
             echoed = await self.prompt_texts(checked) if checked.get("echo") else None
-            if stops or echoed is not None:
-                edits = Edits(stops, echoed)
+            edits = Edits(stops, echoed, logprobs=checked.get("logprobs") is not None)
         await self.app(scope, replaying(messages, receive), send if edits is None else ResponseEditor(send, edits))
+
+    async def tokenizer_route(self, scope, receive, send) -> None:
+        """vLLM's /tokenizer_info, /tokenize and /detokenize (serve/tokenizer_routes.py)."""
+        raw = b""
+        while scope["method"] == "POST":
+            message = await receive()
+            raw += message.get("body", b"")
+            if self.too_large(len(raw)):
+                return await refuse(send, f"the body is larger than this server's limit of {self.max_bytes} bytes")
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        try:
+            body = json.loads(raw) if raw else {}
+        except (ValueError, UnicodeDecodeError):
+            return await refuse(send, "the body is not JSON")
+        try:
+            payload = tokenizer_routes.answer(scope["method"], scope["path"], body,
+                                              self.app.state.pipeline.tokenizer, self.served)
+        except tokenizer_routes.BadRequest as exc:
+            return await refuse(send, str(exc))
+        await respond(send, 200, payload)
 
     def too_large(self, size: int | None) -> bool:
         return bool(self.max_bytes) and size is not None and size > self.max_bytes
@@ -292,12 +323,15 @@ def echo_choice(choice: dict, prompt: str) -> None:
 
 
 class Edits:
-    """What a response's choices need: cut at the stop strings, and with
-    echo the prompt texts put before them (choice i is prompt i's)."""
+    """What a response's choices need: cut at the stop strings, with echo the
+    prompt texts put before them (choice i is prompt i's), and ``logprobs:
+    null`` where the request asked for none, as OpenAI's API answers (MAX
+    sends empty lists)."""
 
-    def __init__(self, stops: list[str], prompts: list[str] | None) -> None:
+    def __init__(self, stops: list[str], prompts: list[str] | None, logprobs: bool = True) -> None:
         self.stops = stops
         self.prompts = prompts
+        self.logprobs = logprobs
         self.stream = StreamCut(stops)
         self.echoed = False
 
@@ -305,6 +339,7 @@ class Edits:
         cut_whole(response, self.stops)
         for choice in response.get("choices", []) if self.prompts is not None else []:
             echo_choice(choice, self.prompts[choice.get("index", 0)])
+        self.unasked(response)
         return response
 
     def chunk(self, payload: dict) -> dict | None:
@@ -312,7 +347,14 @@ class Edits:
         if payload is not None and payload.get("choices") and self.prompts is not None and not self.echoed:
             self.echoed = True  # a stream has one prompt, and its text goes first
             echo_choice(payload["choices"][0], self.prompts[0])
+        if payload is not None:
+            self.unasked(payload)
         return payload
+
+    def unasked(self, response: dict) -> None:
+        for choice in response.get("choices", []) if not self.logprobs else []:
+            if "logprobs" in choice:
+                choice["logprobs"] = None
 
 
 class ResponseEditor:

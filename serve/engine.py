@@ -35,9 +35,9 @@ def with_checks(make_app):
 
 
 def main(argv: list[str]) -> None:
-    from max._entrypoints import pipelines
-    from max._entrypoints.cli.serve import serve_api_and_model_worker as entry
+    from model.max_internals import serve_entrypoints
 
+    pipelines, entry = serve_entrypoints()
     entry.fastapi_app = with_checks(entry.fastapi_app)
     pipelines.main(["serve", *argv], prog_name="max")
 

@@ -26,6 +26,7 @@ from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
 
 from model.engine_threads import quiet_background_threads
 from model.layers import linear_maker
+from model.max_internals import graph_value
 from serve.model_config import GPT2ServeConfig
 from serve.network import GPT2Ragged
 from serve.weight_adapters import gpt2_state
@@ -50,7 +51,7 @@ class GPT2EngineModule(GPT2Ragged):
     def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
                 *kv_inputs: Tensor) -> ModuleV3Outputs:
         del return_n_logits  # each sequence's last logits (ReturnLogits.LAST_TOKEN), and every token's with echo
-        values = self.engine_kv_params.unflatten_kv_inputs(iter(x._graph_value for x in kv_inputs))
+        values = self.engine_kv_params.unflatten_kv_inputs(iter(graph_value(x) for x in kv_inputs))
         kv = tree.leaves(values, leaf=KVCacheInputsPerDevice)[0]
         if not self.every_position:
             return ModuleV3Outputs(next_token_logits=super().forward(tokens, kv, input_row_offsets))

@@ -22,13 +22,13 @@ from max.graph import DeviceRef
 from max.nn.kv_cache import KVCacheParams
 from max.pipelines.kv_cache import cache_dtype_for_encoding
 from max.pipelines.lib import KVCacheConfig, MAXModelConfig, PipelineConfig
-from max.pipelines.lib.config.model_config import _select_quantization_encoding
 from max.pipelines.lib.interfaces.arch_config import ArchConfigWithKVCache, ArchConfigWithStoredKVParams
 from max.pipelines.modeling.config_enums import SupportedEncoding, supported_encoding_dtype
 from transformers import AutoConfig
 from typing_extensions import Self
 
 from model.course import config_class
+from model.max_internals import select_quantization_encoding
 from model.options import BuildOptions
 from weights import read_config, resolve_model
 
@@ -89,7 +89,7 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
     def initialize(cls, pipeline_config: PipelineConfig, model_config: MAXModelConfig | None = None, *,
                    max_seq_len: int) -> Self:
         model_config = model_config or pipeline_config.model
-        encoding = _select_quantization_encoding(model_config, cls.DEFAULT_ENCODING)
+        encoding = select_quantization_encoding(model_config, cls.DEFAULT_ENCODING)
         devices = [DeviceRef(spec.device_type, spec.id) for spec in model_config.device_specs]
         # The engine's device and encoding are what runs, whatever the launcher said.
         options = replace(served_options(), device="cpu" if devices[0].is_cpu() else "gpu", dtype=str(encoding))

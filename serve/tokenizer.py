@@ -14,7 +14,7 @@ before this hook sees the request is answered in serve/checks.py.
 from __future__ import annotations
 
 from max.pipelines.context import TextContext
-from max.pipelines.context.exceptions import InputError
+from max.pipelines.context.exceptions import InputError, PromptTooLongError
 from max.pipelines.lib import TextTokenizer
 
 
@@ -28,9 +28,17 @@ class GPT2ServeTokenizer(TextTokenizer):
         wanted = request.sampling_params.max_new_tokens
         if wanted is not None and wanted < 1:
             raise InputError(f"max_tokens must be at least 1, was {wanted}")
-        context = await super().new_context(request)
+        try:
+            context = await super().new_context(request)
+        except PromptTooLongError as error:  # MAX's own check, with its own wording: said as the others are
+            raise InputError(too_long(error.num_tokens, wanted, error.max_length)) from None
         used = context.tokens.prompt_length
         if self.max_length and wanted is not None and used + wanted > self.max_length:
-            raise InputError(f"prompt ({used} tokens) + max_tokens ({wanted}) = {used + wanted} exceeds this "
-                             f"model's context length of {self.max_length} tokens")
+            raise InputError(too_long(used, wanted, self.max_length))
         return context
+
+
+def too_long(prompt: int, wanted: int | None, window: int) -> str:
+    """The refusal of a prompt (and the tokens asked for) that GPT-2's window cannot hold."""
+    asked = f"prompt ({prompt} tokens)" + (f" + max_tokens ({wanted}) = {prompt + wanted}" if wanted else "")
+    return f"{asked} exceeds this model's context length of {window} tokens"

@@ -42,7 +42,9 @@ class LayerNorm(nn.Module):
         super().__init__()
         self.eps = eps
         # A learned scale of ones and a shift of zeros, each of shape [dim],
-        # named exactly as in GPT-2 checkpoints.
+        # named exactly as in GPT-2 checkpoints. No dtype: parameters, like
+        # nn.Linear's, take the dtype the model is built in (float32, or
+        # bfloat16 on a GPU), docs/pytorch-to-max.md#new-tensors-dtype-and-device.
         # BEGIN SOLUTION
         self.weight = Tensor.ones([dim])
         self.bias = Tensor.zeros([dim])

@@ -9,6 +9,10 @@ What
     with Hugging Face's names: ``ln_1``, ``attn``, ``ln_2``, ``mlp``. Pretrained
     weights then load straight in (``h.3.attn.c_attn.weight``, ``h.3.ln_2.bias``).
 
+    What each part reads from the config: both norms are ``n_embd`` wide with
+    ``eps=config.layer_norm_epsilon`` (not LayerNorm's default: a checkpoint
+    may set another value); attention and the MLP take the whole config.
+
 Why
     Everything GPT-2 does happens in 12 (to 48) repetitions of this block.
     Attention returns its keys and values as well as its output; the block

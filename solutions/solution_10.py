@@ -10,6 +10,12 @@ What
     with Hugging Face's names: ``wte``, ``wpe``, ``h`` (a list of blocks, so
     parameters read ``h.0.attn.c_attn.weight``, ``h.1...``) and ``ln_f``.
 
+    What each part reads from the config: ``wte`` is ``vocab_size`` x
+    ``n_embd``, ``wpe`` ``n_positions`` x ``n_embd``, ``h`` holds ``n_layer``
+    blocks, and ``ln_f`` normalises ``n_embd`` wide with
+    ``eps=config.layer_norm_epsilon``, as the blocks' norms do (a checkpoint
+    may set another value than LayerNorm's default).
+
 Why
     This is the whole transformer. ``ln_f`` is needed because of pre-LN
     (step 08): the residual stream is never normalised inside the stack, so

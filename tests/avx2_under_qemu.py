@@ -25,7 +25,7 @@ emulated CPU, e.g. the demo's q4_0 greedy text, the symptom an AVX2-only EPYC on
     ... qemu-x86_64-static -cpu Haswell .venv/bin/python tests/avx2_under_qemu.py --app \\
         --model demo --dtype q4_0 --temperature 0 --max-new-tokens 12 "And it came to pass"
 
-``max._kv_cache_ops`` is a Mojo module that mojo's importer compiles once into
+MAX's kv-cache ops module (``KV_CACHE_OPS`` in model/max_internals.py) is Mojo, which mojo's importer compiles once into
 the installed package (``__mojocache__``), natively, i.e. for AVX-512 here; it
 is stubbed (neither the kernels' graphs nor the app call it).
 """
@@ -39,9 +39,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the project, and test_fast_linear's graph
-stub = types.ModuleType("max._kv_cache_ops")
+from model.max_internals import KV_CACHE_OPS  # noqa: E402
+
+stub = types.ModuleType(KV_CACHE_OPS)
 stub.__getattr__ = lambda name: (lambda *args, **kwargs: None)
-sys.modules["max._kv_cache_ops"] = stub
+sys.modules[KV_CACHE_OPS] = stub
 
 import numpy as np  # noqa: E402
 

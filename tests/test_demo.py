@@ -65,3 +65,24 @@ def test_it_writes_words_of_its_training_text(demo):
     words = [w for r in results for w in re.findall(r"[A-Za-z]+", r.text)]
     known = sum(w in vocabulary for w in words) / len(words)
     assert len(words) > 60 and known >= 0.9, (known, [r.text for r in results])
+
+
+def test_the_model_card_states_the_held_out_split_from_the_text(tmp_path):
+    """The card once said the held-out 5% was "most of Revelation"; it begins 17 books earlier."""
+    import shutil
+    import sys
+
+    if shutil.which("bible") is None:
+        pytest.skip("the demo's text comes from Debian's bible-kjv (apt-get install bible-kjv)")
+    from transformers import GPT2TokenizerFast
+
+    from weights.synthetic import copy_gpt2_tokenizer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "reference"))
+    import kjv
+
+    tokenizer = GPT2TokenizerFast.from_pretrained(str(copy_gpt2_tokenizer(tmp_path)))
+    where, held, total = kjv.held_out_start(kjv.kjv_verses(), tokenizer)
+    assert held == total - int(total * (1 - kjv.HELD_OUT))
+    card = (DEMO / "MODEL_CARD.md").read_text()
+    assert f"held out: from {where} to the end" in card, where

@@ -109,7 +109,14 @@ MISTAKES = [
       ("x = pre_norm_residual(x, self.ln_2, self.mlp)", "x = self.ln_2(x + self.mlp(x))")], "GPT-2 is pre-LN"),
     ("09", "MLP named ffn", [("self.mlp = GPT2MLP(config, linear)", "self.ffn = GPT2MLP(config, linear)"), ("self.ln_2, self.mlp)", "self.ln_2, self.ffn)")],
      "ln_1, attn, ln_2, mlp"),
+    ("09", "norms with LayerNorm's default eps",
+     [(f"self.{n} = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)", f"self.{n} = LayerNorm(config.n_embd)")
+      for n in ("ln_1", "ln_2")],
+     "ln_1 and ln_2 with eps=config.layer_norm_epsilon"),
     # step 10: the model
+    ("10", "ln_f with LayerNorm's default eps",
+     [("self.ln_f = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)", "self.ln_f = LayerNorm(config.n_embd)")],
+     "build ln_f with eps=config.layer_norm_epsilon"),
     ("10", "no final layer norm", [("return self.ln_f(x), present", "return x, present")], "ln_f"),
     ("10", "no position embeddings", [("x = self.wte(ids) + self.wpe(seq, past_len)", "x = self.wte(ids)")], "add the position embeddings"),
     ("10", "positions not offset by the cache", [("self.wpe(seq, past_len)", "self.wpe(seq, 0)")], "not 0"),

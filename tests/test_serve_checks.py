@@ -240,13 +240,22 @@ def test_echo_streamed_and_cut_at_a_stop_string():
     assert [c["finish_reason"] for c in choices if c["finish_reason"]] == ["stop"]
 
 
-def test_an_echo_without_logprobs_gets_no_null_and_a_malformed_prompt_is_left_to_the_route():
-    """MAX sends empty logprobs lists when none were asked for: they stay
-    empty. A prompt that cannot be echoed reaches the route, which refuses it."""
-    route = Route(whole({"choices": [{"index": 0, "text": " x", "finish_reason": "length",
-                                      "logprobs": {"token_logprobs": [], "top_logprobs": []}}]}))
-    _, _, content = call({**BASE, "echo": True}, route, echo=True)
-    assert json.loads(content)["choices"][0]["logprobs"] == {"token_logprobs": [], "top_logprobs": []}
+def test_logprobs_are_null_unless_asked_for_and_a_malformed_prompt_is_left_to_the_route():
+    """MAX sends empty logprobs lists when none were asked for; OpenAI's API (and so its
+    clients) has null there. A prompt that cannot be echoed reaches the route, which refuses it."""
+    empty = {"token_logprobs": [], "top_logprobs": [], "tokens": [], "text_offset": []}
+    for extra, echo in (({"echo": True}, True), ({}, False)):
+        route = Route(whole({"choices": [{"index": 0, "text": " x", "finish_reason": "length", "logprobs": empty}]}))
+        _, _, content = call({**BASE, **extra}, route, echo=echo)
+        assert json.loads(content)["choices"][0]["logprobs"] is None
+    route = Route(streamed([" a", " b"], logprobs=[empty, empty]))
+    _, _, content = call({**BASE, "stream": True}, route)
+    events = [json.loads(e[6:]) for e in content.decode().split("\n\n") if e.startswith("data: {")]
+    assert [c["logprobs"] for e in events for c in e["choices"]] == [None, None]
+    asked = logprobs_of(1)
+    route = Route(whole({"choices": [{"index": 0, "text": " x", "finish_reason": "length", "logprobs": asked}]}))
+    _, _, content = call({**BASE, "logprobs": 1}, route)
+    assert json.loads(content)["choices"][0]["logprobs"] == asked
     for prompt in (5, {"a": 1}):
         route = Route()
         status, _, _ = call({**BASE, "prompt": prompt, "echo": True}, route, echo=True)
@@ -270,3 +279,55 @@ def test_values_that_are_not_numbers_are_left_to_the_route():
     route = Route()
     status, _, _ = call({**BASE, "max_tokens": "5", "seed": 5.0}, route)
     assert status == 200 and route.got["max_tokens"] == "5"
+
+
+# --- vLLM's tokenizer routes (what lm-evaluation-harness's remote tokenizer asks) ------------------
+
+class Delegate:
+    """A stand-in for the served Hugging Face tokenizer: one token per character."""
+    eos_token = bos_token = "<|endoftext|>"
+    pad_token = None
+
+    def __len__(self) -> int:
+        return 300
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(map(chr, ids))
+
+
+def tokenizer_call(path: str, body=None, method: str = "POST") -> tuple[int, dict]:
+    route = Route()
+    route.state.pipeline.tokenizer = SimpleNamespace(delegate=Delegate(), max_length=256)
+    raw = b"" if body is None else json.dumps(body).encode()
+    incoming = [{"type": "http.request", "body": raw, "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive():
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": path, "headers": []}
+    asyncio.run(CompletionChecks(route, MODEL)(scope, receive, send))
+    assert route.got is None, "a tokenizer route must not reach the engine"
+    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+def test_the_tokenizer_routes_answer_as_vllm_s_do():
+    status, info = tokenizer_call("/tokenizer_info", method="GET")
+    assert status == 200 and info["eos_token"] == "<|endoftext|>" and info["model_max_length"] == 256
+    long = "x" * 300  # longer than the window: a document a rolling window will cut, counted whole
+    status, out = tokenizer_call("/tokenize", {"model": MODEL, "prompt": long, "add_special_tokens": False})
+    assert status == 200 and out["tokens"] == [120] * 300 and out["count"] == 300 and out["max_model_len"] == 256
+    status, out = tokenizer_call("/detokenize", {"tokens": [72, 105]})
+    assert (status, out) == (200, {"prompt": "Hi"})
+    for path, body, named in [("/tokenize", {"messages": []}, "takes a text as `prompt`"),
+                              ("/tokenize", {"prompt": "a", "model": "gpt-4"}, "'gpt-4' is not served here"),
+                              ("/detokenize", {"tokens": [1, 999]}, "token ids must be in [0, 300); got [999]"),
+                              ("/detokenize", {"tokens": "Hi"}, "a list of token ids")]:
+        status, out = tokenizer_call(path, body)
+        assert status == 400 and named in out["error"]["message"], out

@@ -81,13 +81,13 @@ def test_the_checks_seam_is_where_max_s_entry_builds_its_app():
     """serve/engine.py hands MAX's entry its app wrapped in serve/checks.py's
     CompletionChecks by rebinding the one name the entry calls. An engine
     upgrade that moves it must fail here, not serve unchecked."""
-    from max._entrypoints import pipelines
-    from max._entrypoints.cli.serve import serve_api_and_model_worker as entry
     from max.serve import api_server
 
+    from model.max_internals import serve_entrypoints
     from serve.checks import CompletionChecks
     from serve.engine import with_checks
 
+    pipelines, entry = serve_entrypoints()
     assert entry.fastapi_app is api_server.fastapi_app
     assert "fastapi_app(" in inspect.getsource(entry.serve_api_server_and_model_worker)
     assert "serve" in pipelines.main.commands
@@ -284,15 +284,16 @@ def test_metrics_on_and_nothing_sent_outside(monkeypatch):
     assert "MAX_SERVE_METRICS_ENDPOINT_PORT" not in plain
     assert env("--metrics-port", "9101")["MAX_SERVE_METRICS_ENDPOINT_PORT"] == "9101"
     # As MAX reads that environment: egress off (its exporters and start-up
-    # log check _telemetry_disabled), /metrics on (it checks the raw setting).
+    # log check MAX's telemetry test), /metrics on (it checks the raw setting).
     from max.serve.config import Settings
-    from max.serve.telemetry.common import _telemetry_disabled
+
+    from model.max_internals import telemetry_disabled
 
     for name in ("OTEL_SDK_DISABLED", "MAX_SERVE_DISABLE_TELEMETRY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OTEL_SDK_DISABLED", plain["OTEL_SDK_DISABLED"])
     settings = Settings()
-    assert _telemetry_disabled(settings) and not settings.disable_telemetry
+    assert telemetry_disabled(settings) and not settings.disable_telemetry
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -49,6 +49,21 @@ def check_forward(ctx: StepContext) -> None:
         compare(got[2], expected[2], "returned values", "return the values the attention gave back")
 
 
+# Far from LayerNorm's default (1e-5), so a norm built without the config's value shows.
+EPS = 0.5
+HINT_EPS = ("build ln_1 and ln_2 with eps=config.layer_norm_epsilon: LayerNorm's default (1e-5) ignores a "
+            "checkpoint whose config says otherwise")
+
+
+def check_layer_norm_epsilon(ctx: StepContext) -> None:
+    learner, solution, weights = maxrun.paired_modules(ctx, "GPT2Block", seed=9,
+                                                       config=dict(CONFIG, layer_norm_epsilon=EPS))
+    x = np.random.default_rng(92).standard_normal((1, 7, E)).astype(np.float32)
+    got, expected = maxrun.run(learner, x), maxrun.run(solution, x)
+    compare(got[0], expected[0], f"GPT2Block with layer_norm_epsilon = {EPS}", HINT_EPS,
+            lambda: {HINT_EPS: oracle.block(x, weights, H)[0]})
+
+
 def check_cache(ctx: StepContext) -> None:
     learner, solution, _ = _modules(ctx)
     x = np.random.default_rng(91).standard_normal((2, 10, E)).astype(np.float32)
@@ -63,4 +78,5 @@ CHECKS = [
           "self.ln_1, self.attn, self.ln_2, self.mlp"),
     Check("matches the solution at batch 1-2, lengths 1, 7, 70", check_forward, USES),
     Check("with a KV cache, new tokens match a full forward", check_cache, "pass the cache to the attention"),
+    Check(f"its norms take the config's layer_norm_epsilon ({EPS})", check_layer_norm_epsilon, HINT_EPS),
 ]

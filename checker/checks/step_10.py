@@ -51,6 +51,24 @@ def check_forward(ctx: StepContext) -> None:
             compare(v, ev, f"cached values of block {i}", "append each block's (key, value) in order")
 
 
+# Far from LayerNorm's default (1e-5), so a norm built without the config's value shows.
+EPS = 0.5
+HINT_EPS = ("build ln_f with eps=config.layer_norm_epsilon: LayerNorm's default (1e-5) ignores a checkpoint "
+            "whose config says otherwise")
+
+
+def check_layer_norm_epsilon(ctx: StepContext) -> None:
+    learner, solution, weights = maxrun.paired_modules(ctx, "GPT2Model", seed=10,
+                                                       config=dict(CONFIG, layer_norm_epsilon=EPS))
+    ids = np.random.default_rng(102).integers(0, CONFIG["vocab_size"], size=(1, 7)).astype(np.int64)
+    got, expected = call(learner, ids), call(solution, ids)
+    compare(got[0], expected[0], f"GPT2Model with layer_norm_epsilon = {EPS}", HINT_EPS, lambda: {
+        HINT_EPS: oracle.gpt2(ids, weights, H, eps=EPS, final_eps=1e-5)[0],
+        "your step 09's blocks ignore config.layer_norm_epsilon: run its checks":
+            oracle.gpt2(ids, weights, H, eps=1e-5, final_eps=EPS)[0],
+    })
+
+
 def check_cache(ctx: StepContext) -> None:
     learner, solution, weights = _modules(ctx)
     ids = np.random.default_rng(101).integers(0, CONFIG["vocab_size"], size=(2, 12)).astype(np.int64)
@@ -69,4 +87,5 @@ CHECKS = [
           "self.wte, self.wpe, self.h = nn.ModuleList([...]), self.ln_f"),
     Check("matches the solution at batch 1-2, lengths 1, 7, 70", check_forward, USES),
     Check("with a KV cache, new tokens match a full forward", check_cache, "positions start at past_len"),
+    Check(f"ln_f takes the config's layer_norm_epsilon ({EPS})", check_layer_norm_epsilon, HINT_EPS),
 ]

@@ -39,7 +39,6 @@ import argparse
 import json
 import math
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,31 +53,17 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))  # the project's own copy of OpenAI's BPE files (weights/synthetic.py)
 from weights.synthetic import copy_gpt2_tokenizer  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kjv import HELD_OUT, kjv_text  # noqa: E402  (the text, and where its held-out part begins)
+
 DEMO = ROOT / "weights" / "demo"
 REFERENCE = HERE / "demo"
 
 # 50257 x 128 embedding rows are most of the 7.3 M parameters: 14.6 MB in float16.
 SIZES = dict(vocab_size=50257, n_positions=256, n_embd=128, n_layer=4, n_head=4)
 SEED, STEPS, BATCH, SEQ, LR = 1611, 1800, 16, 128, 3e-3
-HELD_OUT = 0.05  # the last 5% of the text (most of Revelation) is never trained on
 PROMPT = "And it came to pass"
 SAMPLE_PROMPTS = ["And it came to pass", "In the beginning", "The LORD is my shepherd"]
-
-
-def kjv_text() -> str:
-    """One verse per line, verse numbers and chapter headings dropped."""
-    try:
-        raw = subprocess.run(["bible", "gen1:1-rev22:21"], capture_output=True, text=True, check=True).stdout
-    except FileNotFoundError:
-        raise SystemExit("make_demo: no `bible` program: apt-get install bible-kjv") from None
-    verses: list[str] = []
-    for line in raw.splitlines():
-        start = re.match(r"^\s+\d+ (.*)$", line)
-        if start:
-            verses.append(start.group(1).strip())
-        elif line.strip() and verses and not re.match(r"^[1-3]?\s?[A-Z][a-z]+( [A-Z][a-z]+)* \d+$", line.strip()):
-            verses[-1] += " " + line.strip()
-    return "\n".join(verses) + "\n"
 
 
 def unigram_loss(train: np.ndarray, held: np.ndarray, vocab: int) -> float:

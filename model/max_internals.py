@@ -1,0 +1,106 @@
+"""Every name of MAX's that it does not publish and this project relies on, in one place.
+
+MAX is pinned (pyproject.toml: ``max==26.7.0``), and each name below is one that
+version has; none is MAX's documented API, so an upgrade may move or drop any of
+them without notice. The rest of the project imports them from here, and
+tests/test_max_internals.py resolves every one and fails naming it. What each
+is for, and what breaks without it, is said beside it.
+
+Not Python, so named here and checked by that test: the Mojo kernels import
+``extensibility._FusedOutputTensor`` (model/kernels/matmul.mojo, q4_0.mojo: an
+output the graph compiler may fuse with the op that follows).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# --- The eager interpreter's compile events (the checker's compile notices) -------------------
+# max._eager_policy: the interpreter asks ``allow_lazy_compile()`` right before it compiles an
+# op it has not cached, and reports each finished compile to ``record_cold_compile(key,
+# seconds, provisioned=...)`` (which logs only the first). The checker replaces both to learn
+# when a run is really compiling.
+EAGER_POLICY = "max._eager_policy"
+
+
+def eager_policy():
+    """The module (None where a MAX without it is installed: the notices then fall back)."""
+    import importlib
+
+    try:
+        module = importlib.import_module(EAGER_POLICY)
+    except ImportError:
+        return None
+    if not all(hasattr(module, name) for name in ("allow_lazy_compile", "record_cold_compile")):
+        return None
+    return module
+
+
+# --- The server --------------------------------------------------------------------------------
+def serve_entrypoints() -> tuple[Any, Any]:
+    """(``max._entrypoints.pipelines``, its ``cli.serve.serve_api_and_model_worker`` module):
+    ``max serve`` run in-process, and the module whose ``fastapi_app`` the project wraps
+    with its request checks (serve/engine.py)."""
+    from max._entrypoints import pipelines
+    from max._entrypoints.cli.serve import serve_api_and_model_worker
+
+    return pipelines, serve_api_and_model_worker
+
+
+def openai_error_body(*args, **kwargs):
+    """MAX's server's error JSON (``max.serve._error_envelope``), so the project's own
+    refusals read exactly like MAX's."""
+    from max.serve._error_envelope import openai_error_body as body
+
+    return body(*args, **kwargs)
+
+
+def select_quantization_encoding(model_config, default):
+    """The weight encoding MAX's pipeline config resolves for a model
+    (``max.pipelines.lib.config.model_config._select_quantization_encoding``)."""
+    from max.pipelines.lib.config.model_config import _select_quantization_encoding
+
+    return _select_quantization_encoding(model_config, default)
+
+
+def telemetry_disabled(settings) -> bool:
+    """Whether MAX's server sends no telemetry under ``settings``
+    (``max.serve.telemetry.common._telemetry_disabled``; the tests read it)."""
+    from max.serve.telemetry.common import _telemetry_disabled
+
+    return _telemetry_disabled(settings)
+
+
+# --- Tensors and graph values --------------------------------------------------------------------
+def graph_value(tensor):
+    """The graph value behind an experimental ``Tensor`` traced in a graph (``_graph_value``):
+    the paged KV cache's inputs arrive as tensors and the engine's unflattening wants values."""
+    return tensor._graph_value
+
+
+def tensor_value(tensor):
+    """A ``Tensor``'s graph value through ``__tensorvalue__`` (the app's in-place cache passes its
+    start and end as values to ``buffer_store_slice``'s slices)."""
+    return tensor.__tensorvalue__()
+
+
+# A Mojo module that mojo's importer compiles into the installed package on first import, for
+# the CPU at hand; tests/avx2_under_qemu.py stubs it under emulation (nothing it runs calls it).
+KV_CACHE_OPS = "max._kv_cache_ops"
+FUSED_OUTPUT_TENSOR = "_FusedOutputTensor"  # from Mojo's ``extensibility`` package
+
+
+# --- MAX's error text, read for the checker's hints ----------------------------------------------
+# A graph op MAX refuses to build raises a message starting "Failed to create op"; its inputs
+# follow as "name = TensorValue(dtype=..., shape=[...], device=...)" and the reason comes after a
+# line "Diagnostics:" (checker/harness.py turns it into a short error and a hint).
+OP_FAILED = "Failed to create op"
+DIAGNOSTICS = "Diagnostics:"
+INFER_FAILED = "Failed to infer"  # a line of the diagnostics that restates the failure
+OP_INPUT = re.compile(r"(\w+) = \w*Value\(dtype=(\w+), shape=\[(.*?)\], device=([^)]*)\)")
+SHAPE = re.compile(r"shape=\[(.*?)\]")  # every shape in the message
+DIM = re.compile(r"Dim\((.*?)\)")  # a symbolic dimension as MAX prints it
+ADD_OP = "'AddOp'"  # the op named when an add's shapes disagree
+DTYPE_MISMATCH = ("Failed to resolve valid dtype", "Unsafe cast")
+MATMUL_OP = "MatmulOp"

@@ -1,0 +1,96 @@
+"""model/max_internals.py holds every name of MAX's that is not its published API: each one
+still resolves in the installed MAX, and no other file reaches for one itself. After an
+upgrade, the failing test names what moved."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import re
+
+import pytest
+
+from checker.skeleton import ROOT
+from model import max_internals as mi
+
+PRIVATE = re.compile(r"\bmax\._\w+|from max\.\S*\._\w+ import|import (_[a-z]\w*)|\._graph_value\b|__tensorvalue__"
+                     r"|\b_eager_policy\b|_telemetry_disabled\b|_FusedOutputTensor\b")
+
+
+def test_the_eager_interpreter_still_reports_its_compiles():
+    policy = mi.eager_policy()
+    assert policy is not None, f"{mi.EAGER_POLICY} lacks allow_lazy_compile / record_cold_compile"
+    assert list(inspect.signature(policy.allow_lazy_compile).parameters) == []
+    assert list(inspect.signature(policy.record_cold_compile).parameters) == ["key", "seconds", "provisioned"]
+    source = inspect.getsource(importlib.import_module("max._interpreter_ops.gc_compile"))
+    ask, report = source.find("allow_lazy_compile()"), source.find("record_cold_compile(")
+    assert 0 <= ask < report, "MAX no longer asks before an on-the-fly compile and reports after it"
+
+
+def test_the_server_s_entry_and_error_body():
+    pipelines, entry = mi.serve_entrypoints()
+    assert callable(entry.fastapi_app) and "serve" in pipelines.main.commands
+    body = mi.openai_error_body(400, "the prompt is too long")
+    assert body["error"]["message"] == "the prompt is too long", body
+
+
+def test_the_pipeline_s_encoding_and_telemetry_helpers():
+    from max.pipelines.lib.config import model_config
+    from max.serve.config import Settings
+
+    assert callable(model_config._select_quantization_encoding)
+    assert list(inspect.signature(mi.select_quantization_encoding).parameters) == ["model_config", "default"]
+    assert isinstance(mi.telemetry_disabled(Settings()), bool)
+
+
+def test_tensors_still_give_their_graph_values():
+    from max.experimental.tensor import Tensor
+
+    assert hasattr(Tensor, "_graph_value"), "Tensor._graph_value (serve/model.py's paged cache inputs)"
+    assert hasattr(Tensor, "__tensorvalue__"), "Tensor.__tensorvalue__ (model/kv_cache.py's slices)"
+
+
+def test_the_mojo_names():
+    assert importlib.util.find_spec(mi.KV_CACHE_OPS) is not None, mi.KV_CACHE_OPS
+    # The kernels' import: a MAX without it fails tests/test_fast_linear.py's compile, naming it.
+    for kernel in ("matmul.mojo", "q4_0.mojo"):
+        text = (ROOT / "model" / "kernels" / kernel).read_text()
+        assert f"from extensibility import {mi.FUSED_OUTPUT_TENSOR}" in text, kernel
+
+
+def test_max_s_error_text_for_a_graph_op_it_refuses():
+    from max.dtype import DType
+    from max.experimental import functional as F
+    from max.experimental.tensor import Tensor
+
+    from checker import maxrun
+
+    with maxrun.interpreter(), F.lazy(), pytest.raises(Exception) as raised:
+        Tensor.zeros([2, 3], dtype=DType.float32) + Tensor.zeros([4, 5], dtype=DType.float32)
+    text = str(raised.value)
+    assert mi.OP_FAILED in text and mi.DIAGNOSTICS in text and mi.ADD_OP in text, text
+    inputs = [m.groups() for m in map(mi.OP_INPUT.search, text.splitlines()) if m]
+    assert len(inputs) == 2 and inputs[0][1] == "float32", text
+    assert [mi.DIM.sub(r"\1", s) for s in mi.SHAPE.findall(text)][:2] == ["2, 3", "4, 5"], text
+
+
+def test_no_other_file_reaches_for_a_private_name():
+    allowed = {"model/max_internals.py", "tests/test_max_internals.py"}
+    found = []
+    for path in sorted(ROOT.glob("**/*.py")) + sorted(ROOT.glob("**/*.mojo")):
+        name = str(path.relative_to(ROOT))
+        if name in allowed or name.startswith((".", "build/")) or "/." in name:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if PRIVATE.search(code) and "max_internals" not in code and not _is_own_name(code):
+                found.append(f"{name}:{number}: {line.strip()}")
+    mojo_import = "from extensibility import _FusedOutputTensor"
+    found = [f for f in found if not f.endswith(mojo_import + " as FusedOutputTensor")]
+    assert not found, "MAX's private names outside model/max_internals.py:\n" + "\n".join(found)
+
+
+def _is_own_name(code: str) -> bool:
+    """``import _foo`` / ``from x import _foo`` of the project's own modules is not MAX's."""
+    match = re.search(r"from (\S+) import", code)
+    return bool(match) and not match[1].startswith("max")
