@@ -59,7 +59,8 @@ def step_page(step: str) -> str:
             fence = False
             continue
         text = line[4:] if line.startswith("    ") else line
-        deeper = text.startswith("    ") or bool(re.search(r"\S  +\S|-->", text))  # a diagram, aligned math
+        table = text.startswith("|")  # a Markdown table: its cells are padded, and it stays a table
+        deeper = not table and (text.startswith("    ") or bool(re.search(r"\S  +\S|-->", text)))  # a diagram, math
         if deeper and not fence:
             out.append("```text")
             fence = True

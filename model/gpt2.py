@@ -65,7 +65,8 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
         raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
     name = saved_graphs.graph_name(options, config)
     if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
-        first = "~1-2.5 min on 2 CPU cores" if placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
+        first = "~1-2.5 min on 2 idle CPU cores" if placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
+        first += ", longer while other work runs beside it"
         print(f"compiling the model graph (seconds when MAX's caches are warm; the first time on a machine "
               f"{first}; saved for later runs) ...", file=sys.stderr, flush=True)
     tokenizer = checkpoint.tokenizer if with_tokenizer else None

@@ -83,6 +83,9 @@ def test_book_builds_strict_with_a_page_per_step(tmp_path):
         else:
             assert not images and "This step has no matrix to draw" in html, f"step {step}: {images}"
     assert "Step 02: the causal mask" in (site / "steps" / "step-02" / "index.html").read_text()
+    # A docstring's table is a table on its page (it once became two code blocks and a stray row).
+    table = re.search(r"<table>.*?</table>", (site / "steps" / "step-01" / "index.html").read_text(), re.S)
+    assert table and "gpt2-medium" in table[0] and table[0].count("<tr>") == 5
 
 
 def test_the_books_pictures_are_what_show_draws():

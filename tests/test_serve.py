@@ -765,3 +765,25 @@ def test_echo_scores_a_long_prompt_whole_every_time(echo_server, app_model, gene
         assert len(got) == len(prompt) + 1 and got[0] is None, (attempt, len(got))
         np.testing.assert_allclose(got[1:], expected, atol=1e-4, err_msg=f"attempt {attempt}")
         assert out["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, out["usage"]
+
+
+# What lm-evaluation-harness's local-completions client sends (lm_eval/models/openai_completions.py,
+# 0.4.x: token ids, seed 1234): loglikelihood as a batch of prompts with echo and max_tokens 1, a
+# rolling window as long as the window allows, and generation with its stop strings and the eos.
+def test_lm_eval_s_requests_are_served(echo_server, tokenizer, genesis):
+    def send(body):
+        status, out = post(echo_server, json.dumps({"model": MODEL, "seed": 1234, **body}))
+        assert status == 200, out
+        return out["choices"]
+
+    contexts = [genesis[:9], genesis[40:57]]
+    choices = send({"prompt": contexts, "temperature": 0, "max_tokens": 1, "logprobs": 1, "echo": True})
+    for prompt, choice in zip(contexts, sorted(choices, key=lambda c: c["index"])):
+        scores = choice["logprobs"]["token_logprobs"]
+        assert len(scores) == len(prompt) + 1 and scores[0] is None and all(s <= 0 for s in scores[1:])
+        assert choice["text"].startswith(tokenizer.decode(prompt))
+    window = (genesis * 2)[:255]  # the longest window: 255 tokens and the 1 asked for fill the 256
+    (choice,) = send({"prompt": [window], "temperature": 0, "max_tokens": 1, "logprobs": 1, "echo": True})
+    assert len(choice["logprobs"]["token_logprobs"]) == 256
+    (choice,) = send({"prompt": [genesis[:9]], "temperature": 0, "max_tokens": 64, "stop": ["\n\n", "<|endoftext|>"]})
+    assert "\n\n" not in choice["text"] and choice["logprobs"] is None
