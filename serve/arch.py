@@ -27,9 +27,9 @@ def required_arguments(echo: bool) -> dict[str, bool]:
         # logs that it ignores them.
         "enable_penalties": True,
         # PipelineRuntimeConfig: new requests' prefill joins the running
-        # decode step instead of waiting for one of its own: measured by
-        # bench.serve, +15% output tokens/s at 32 clients, even at 1 and 8
-        # (docs/serving.md).
+        # decode step instead of waiting for one of its own: more output
+        # tokens a second at 32 clients, even at 1 and 8 (docs/journal.md,
+        # the server's throughput).
         "enable_in_flight_batching": True,
     }
     if echo:
