@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from model.options import LINEARS
+from serve.__main__ import MAX_BATCH_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT_TOKENS = (16, 64, 128, 256)  # the mix, cycled over the requests
@@ -234,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"],
                    help="python -m serve --device: the CPU in float32 (default) or a GPU in bfloat16")
     p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts (default 1,8,32)")
+    p.add_argument("--max-batch-size", type=int, default=MAX_BATCH_SIZE,
+                   help=f"sequences both servers decode at a time (default {MAX_BATCH_SIZE}, the server's own "
+                        "default: what a user who starts it as the README says gets)")
     p.add_argument("--max-tokens", type=int, default=64, help="new tokens per request (default 64)")
     p.add_argument("--llama-cpp", type=Path, default=None,
                    help="llama.cpp bin dir (default: what `pixi run llama-setup` built)")
@@ -269,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = caches.folder("bench-serve")
     logs.mkdir(parents=True, exist_ok=True)
     threads = str(os.cpu_count() or 1)
-    batch = str(max(levels))
+    batch = str(args.max_batch_size)
 
     if args.rounds < 1 or args.requests_per_client < 1:
         p.error("--rounds and --requests-per-client must be at least 1")
@@ -313,7 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     theirs = merge_rounds([t for _, t in rounds if t], key="concurrency") or None
     precision = "float32" if args.device == "cpu" else "bfloat16 on the GPU"
     print(f"\n{folder.name}, {precision}, {threads} threads, {args.max_tokens} new tokens per request, prompts of "
-          f"{'/'.join(map(str, lengths))} tokens\n")
+          f"{'/'.join(map(str, lengths))} tokens")
+    print(f"both servers decode {batch} sequences at a time (--max-batch-size {batch}; llama-server -np {batch})"
+          + (", as `pixi run serve` does by default" if int(batch) == MAX_BATCH_SIZE
+             else f"; `pixi run serve` defaults to {MAX_BATCH_SIZE}") + "\n")
     baseline = "HF generate, one at a time" if args.hf_python else "llama-server"
     print(table(ours, theirs, baseline))
     if args.rounds > 1 and theirs:

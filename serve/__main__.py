@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DRAIN_SECONDS = 30.0  # in-flight requests' time to finish after SIGTERM (MAX_SERVE_GRACEFUL_SHUTDOWN_TIMEOUT_S)
 LEFTOVER_SECONDS = 10.0  # after max serve exits: SIGTERM to what is left of its group, SIGKILL after this
 
+MAX_BATCH_SIZE = 8  # sequences decoded together by default; bench.serve measures this default too
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m serve", description=__doc__.split("\n\n")[0],
@@ -52,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "$MAX_SERVE_METRICS_ENDPOINT_PORT); two servers on one machine need two")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                    help="auto: a GPU when MAX sees one (not yet on macOS), else the CPU")
-    p.add_argument("--max-batch-size", type=int, default=8,
+    p.add_argument("--max-batch-size", type=int, default=MAX_BATCH_SIZE,
                    help="sequences decoded together (continuous batching); the KV cache is sized for "
-                        "this many full windows (default 8). Changing it recompiles the graph once.")
+                        f"this many full windows (default {MAX_BATCH_SIZE}). Changing it recompiles the graph once.")
     p.add_argument("--max-length", type=int, default=None,
                    help="prompt + completion tokens per request (default: the model's n_positions)")
     p.add_argument("--linear", default="custom", choices=LINEARS,
