@@ -254,3 +254,4 @@ def slow_notice(what: str, after: float = 5.0, every: float = 60.0, out=None):
         yield
     finally:
         done.set()
+        COMPILING["since"] = None  # a compile that raised never reported its end: none is under way now

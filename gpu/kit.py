@@ -261,6 +261,7 @@ def pack(installed_file: Path | None = None, piece_size: int | None = None, lean
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
                     "--target", str(site), *target, *map(str, chosen)], check=True)
     shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts naming this machine's interpreter
+    (site / TARGET_FILE).write_text(f"{python} {arch}\n")  # checked where it is unpacked
     archive = BUILD / "kit.tar.xz"
     with archive.open("wb") as out:  # xz's own threads: 2-4x faster than the lzma module here
         tar = subprocess.Popen(["tar", "-C", str(site), "-cf", "-", "."], stdout=subprocess.PIPE)
@@ -351,6 +352,24 @@ class Joined:
         return out
 
 
+TARGET_FILE = ".kit-target"  # "3.12 x86_64": the Python and architecture the kit was packed for
+
+
+def wrong_target(folder: Path) -> str | None:
+    """Why the kit in ``folder`` cannot run on this interpreter and machine, or None."""
+    import platform
+
+    marked = folder / TARGET_FILE
+    if not marked.is_file():
+        return None  # packed before the target was recorded
+    python, arch = marked.read_text().split()
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if (python, arch) != (here, platform.machine()):
+        return (f"it was packed for Python {python} on {arch}, this is Python {here} on {platform.machine()}: "
+                f"pack again here with --python {here} --arch {platform.machine()}")
+    return None
+
+
 def unpack(pieces: list[Path], digest: str) -> None:
     target = site()
     partial = target.with_name(target.name + ".partial")
@@ -359,6 +378,10 @@ def unpack(pieces: list[Path], digest: str) -> None:
         tar.extractall(partial, filter="tar")
     # Written there, not packed: a change to it needs no new pack.
     (partial / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    refusal = wrong_target(partial)
+    if refusal:
+        shutil.rmtree(partial, ignore_errors=True)
+        sys.exit(f"kit {digest}: {refusal}")
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     (target / ".kit").write_text(digest)

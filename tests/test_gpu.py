@@ -3,9 +3,10 @@ and in bfloat16 (the GPU default), against Hugging Face's reference data.
 Skipped (with the reason) where MAX sees no accelerator, as on CI.
 
 On a GPU machine with MAX: ``python -m pytest -ra tests/test_gpu.py``. On a
-GPU machine without network or MAX (Python 3.12): ``python3.13 -m gpu pack``
-here, then ``python3 -m gpu receive`` there once per piece and ``python3 -m
-gpu run tests`` (docs/gpu.md)."""
+GPU machine without network or MAX: ``python3.13 -m gpu pack --python 3.N
+--installed FILE`` here (the machine's Python and its ``pip list --format=freeze``),
+then ``python3 -m gpu receive`` there once per piece and ``python3 -m gpu run
+tests`` (docs/gpu.md)."""
 
 from __future__ import annotations
 

@@ -63,6 +63,25 @@ def test_pieces_carried_one_per_call_unpack_when_the_last_arrives(there, capsys)
     assert kit.receive(there / "nothing") and "unpacked" in capsys.readouterr().out  # a later call: ready
 
 
+def test_a_kit_packed_for_another_python_or_machine_is_refused(there):
+    import platform
+    import sys
+
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for marked, refused in ((f"{here} {platform.machine()}", False), (f"3.9 {platform.machine()}", True),
+                            (f"{here} riscv64", True)):
+        pieces, digest = pieces_of(there / marked.replace(" ", "-"), {kit.TARGET_FILE: marked.encode(),
+                                                                      "max/__init__.py": b""}, size=100_000)
+        call = there / f"call-{digest}"
+        call.mkdir()
+        (call / pieces[0].name).write_bytes(pieces[0].read_bytes())
+        if refused:
+            with pytest.raises(SystemExit, match="it was packed for Python .* pack again here with --python"):
+                kit.receive(call)
+        else:
+            assert kit.receive(call)
+
+
 def test_a_new_machine_says_the_earlier_pieces_are_gone(there, capsys):
     """The machine was given back between two calls: its successor has only this call's piece."""
     pieces, digest = pieces_of(there, {"a": RNG.randbytes(5000)}, size=2000)

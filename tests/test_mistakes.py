@@ -45,6 +45,7 @@ MISTAKES = [
     ("03", "wrong eps value", [("eps: float = 1e-5", "eps: float = 1e-6")], "1e-5"),
     ("03", "BERT's eps value", [("eps: float = 1e-5", "eps: float = 1e-12")], "1e-12"),
     ("03", "eps outside the square root", [("F.rsqrt(var + self.eps)", "(1.0 / (F.sqrt(var) + self.eps))")], "inside the square root"),
+    ("03", "eps argument ignored", [("self.eps = eps", "self.eps = 1e-5")], "use the eps you are given"),
     ("03", "bias forgotten", [("* self.weight + self.bias", "* self.weight")], "bias"),
     ("03", "scale starts at zero", [("self.weight = Tensor.ones([dim])", "self.weight = Tensor.zeros([dim])")], "weight is not all 1"),
     ("03", "parameter named as in PyTorch docs",

@@ -1,5 +1,6 @@
 """checker/registry.py is the one list of steps: pixi.toml's tasks, the README's tables and
-every step's files agree with it, and a new step needs only its files and one row."""
+every step's files agree with it, and a new step's code is its two files and one row (its
+pixi task and README row are then checked here)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ def test_every_step_has_its_task_files_and_checks():
     assert numbered == {step.task for step in registry.STEPS}, "a check task without a step in checker/registry.py"
     on_disk = {p.stem.removeprefix("solution_") for p in (ROOT / "solutions").glob("solution_*.py")}
     assert on_disk == set(registry.by_number()), "a solution file without a row in checker/registry.py"
+
+
+def test_each_solution_s_docstring_names_its_step_as_the_registry_does():
+    """The book's page heading is the docstring's first line; the checker prints the registry's."""
+    import ast
+
+    for step in registry.STEPS:
+        first = ast.get_docstring(ast.parse(step.solution.read_text())).splitlines()[0]
+        assert first.startswith(f"{step.heading}: "), (step.number, first)
 
 
 def test_the_readme_tables_list_the_steps_in_order():
@@ -121,7 +131,7 @@ def test_a_new_step_is_a_solution_a_checks_module_and_one_row(tmp_path):
 
 
 def test_the_books_navigation_has_a_page_per_step(monkeypatch):
-    sys.path.insert(0, str(ROOT / "docs"))
+    monkeypatch.syspath_prepend(str(ROOT / "docs"))
     import book
 
     monkeypatch.setattr(registry, "STEPS", (*registry.STEPS, registry.Step("17", "doubling a number", bonus=True)))

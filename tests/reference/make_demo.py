@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))  # the project's own copy of OpenAI's BPE files (w
 from weights.synthetic import copy_gpt2_tokenizer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kjv import HELD_OUT, kjv_text  # noqa: E402  (the text, and where its held-out part begins)
+from kjv import kjv_text, split_index  # noqa: E402  (the text, and where its held-out part begins)
 
 DEMO = ROOT / "weights" / "demo"
 REFERENCE = HERE / "demo"
@@ -97,7 +97,7 @@ def main() -> None:
     tokenizer = GPT2TokenizerFast.from_pretrained(str(copy_gpt2_tokenizer(DEMO)))
     assert len(tokenizer) == 50257, len(tokenizer)  # transformers can build an empty one silently
     ids = np.array(tokenizer(text)["input_ids"], dtype=np.int64)
-    split = int(len(ids) * (1 - HELD_OUT))
+    split = split_index(len(ids))
     train, held = torch.from_numpy(ids[:split]), torch.from_numpy(ids[split:])
     print(f"text: {len(text)} chars, {len(text.split())} words, {len(ids)} tokens "
           f"({split} train, {len(ids) - split} held out)", flush=True)
@@ -178,7 +178,7 @@ def reference_only() -> None:
     text = kjv_text()
     tokenizer = GPT2TokenizerFast.from_pretrained(str(DEMO))
     ids = np.array(tokenizer(text)["input_ids"], dtype=np.int64)
-    held = torch.from_numpy(ids[int(len(ids) * (1 - HELD_OUT)):])
+    held = torch.from_numpy(ids[split_index(len(ids)):])
     model = GPT2LMHeadModel.from_pretrained(str(DEMO), dtype=torch.float32).eval()
     write_reference(model, tokenizer, held, text)
 
