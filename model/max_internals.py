@@ -26,10 +26,8 @@ EAGER_POLICY = "max._eager_policy"
 
 def eager_policy():
     """The module (None where a MAX without it is installed: the notices then fall back)."""
-    import importlib
-
     try:
-        module = importlib.import_module(EAGER_POLICY)
+        from max import _eager_policy as module
     except ImportError:
         return None
     if not all(hasattr(module, name) for name in ("allow_lazy_compile", "record_cold_compile")):

@@ -234,12 +234,17 @@ def with_padded_rows(weight: np.ndarray) -> np.ndarray:
 
 def quantized_arrays(encoding: str, weight: np.ndarray, band: int | None = None) -> dict[str, np.ndarray]:
     """One layer's float32 weight [out, in] as the arrays it holds (its
-    ``arrays``), by name; q4_0's packed in bands of ``band`` rows (default 32)."""
+    ``arrays``), by name; q4_0's packed in bands of ``band`` rows (default: the
+    band of the CPU compiled for, as Q4_0Linear reads them by default)."""
     if encoding == "q8_0":
         codes, scales = interleave_q8_0(*quantize_q8_0(weight))
         return {"weight": codes, "scales": scales}
     blocks = ENCODINGS[encoding].quantize(with_padded_rows(weight))
-    return {"weight": pack_q4_0(blocks, band or ROW_MULTIPLE) if encoding == "q4_0" else blocks}
+    if encoding != "q4_0":
+        return {"weight": blocks}
+    from model import cpu
+
+    return {"weight": pack_q4_0(blocks, band or cpu.q4_0_band())}
 
 
 def quantize_state(specs: dict[str, list], state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
