@@ -182,6 +182,9 @@ def compile_note(since: int = 0, threshold: float = 1.0) -> str | None:
 
 # The small GPT-2 every model step is checked at (head_dim 12).
 SMALL_CONFIG = dict(vocab_size=101, n_positions=96, n_embd=48, n_layer=2, n_head=4)
+# A layer_norm_epsilon far from LayerNorm's default (1e-5): a norm that ignores the eps it is
+# given (step 03) or the config's (steps 09, 10) shows in its output.
+OTHER_EPS = 0.5
 
 
 def paired_modules(ctx, class_name: str, seed: int, config: dict = SMALL_CONFIG):

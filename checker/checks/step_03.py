@@ -77,18 +77,19 @@ def check_small_variance(ctx: StepContext) -> None:
     _compare(ctx, scale=1e-3, shapes=[(1, 5), (2, 3)])
 
 
-HINT_EPS_ARGUMENT = ("use the eps you are given: LayerNorm(dim, eps=0.5) must add 0.5, not 1e-5 (later steps pass "
-                     "config.layer_norm_epsilon)")
+EPS = maxrun.OTHER_EPS
+HINT_EPS_ARGUMENT = (f"use the eps you are given: LayerNorm(dim, eps={EPS}) must add {EPS}, not 1e-5 (later steps "
+                     "pass config.layer_norm_epsilon)")
 
 
 def check_eps_argument(ctx: StepContext) -> None:
     # Steps 09 and 10 build their norms with config.layer_norm_epsilon: a norm that keeps
     # 1e-5 whatever it is given would pass here and be blamed there.
     weights = _weights()
-    learner = maxrun.build(ctx.learner.LayerNorm, DIM, 0.5, weights=weights)
-    solution = maxrun.build(ctx.solution.LayerNorm, DIM, 0.5, weights=weights)
+    learner = maxrun.build(ctx.learner.LayerNorm, DIM, EPS, weights=weights)
+    solution = maxrun.build(ctx.solution.LayerNorm, DIM, EPS, weights=weights)
     x = _inputs(1, 5, 1.0, seed=30)
-    compare(maxrun.run(learner, x), maxrun.run(solution, x), "LayerNorm(dim, eps=0.5)", HINT_EPS_ARGUMENT,
+    compare(maxrun.run(learner, x), maxrun.run(solution, x), f"LayerNorm(dim, eps={EPS})", HINT_EPS_ARGUMENT,
             lambda: {HINT_EPS_ARGUMENT: oracle.layer_norm(x, weights["weight"], weights["bias"])})
 
 
@@ -101,5 +102,5 @@ CHECKS = [
           "y = (x - mean) / sqrt(var + eps) * weight + bias, over the last axis"),
     Check("matches where eps matters (variance ~ 1e-6)", check_small_variance,
           "eps = 1e-5 is added to the variance inside the square root"),
-    Check("uses the eps it is given (eps=0.5)", check_eps_argument, HINT_EPS_ARGUMENT),
+    Check(f"uses the eps it is given (eps={EPS})", check_eps_argument, HINT_EPS_ARGUMENT),
 ]

@@ -49,8 +49,7 @@ def check_forward(ctx: StepContext) -> None:
         compare(got[2], expected[2], "returned values", "return the values the attention gave back")
 
 
-# Far from LayerNorm's default (1e-5), so a norm built without the config's value shows.
-EPS = 0.5
+EPS = maxrun.OTHER_EPS
 HINT_EPS = ("build ln_1 and ln_2 with eps=config.layer_norm_epsilon: LayerNorm's default (1e-5) ignores a "
             "checkpoint whose config says otherwise (or your step 03's LayerNorm ignores its eps: run its checks)")
 
