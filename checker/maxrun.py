@@ -87,6 +87,44 @@ def lazily(fn, *args, what: str = "forward", **kwargs):
         return numpy_tree(result, what)
 
 
+STAYS_IN_CACHE = "forward returns the output alone now; the keys and values stay in the cache"
+
+
+def output_alone(result, what: str, hint: str):
+    """``result`` when forward returned one tensor; CheckFailed when it returned a
+    tuple (output, keys, values): the cache it was handed keeps those."""
+    if isinstance(result, (tuple, list)):
+        raise CheckFailed(f"{what} returned a tuple of {len(result)}: {STAYS_IN_CACHE}", hint)
+    return result
+
+
+def cache_of(cls, past: tuple[np.ndarray, np.ndarray] | None = None):
+    """A ``cls`` (step 07's ConcatCache: the learner's or the solution's) holding
+    ``past`` = (keys, values) [batch, n_head, positions, head_dim], or empty."""
+    return cls() if past is None else cls(tensor(past[0]), tensor(past[1]))
+
+
+def run_cached(module, x: np.ndarray, cache, *args, what: str = "forward",
+               empty: str = "hand k, v to the cache: k, v = cache.update(k, v)", **kwargs):
+    """``module(x, cache, *args, **kwargs)`` on a numpy ``x``, then what the cache
+    holds after the call, all as numpy: (output, keys, values) for one cache,
+    (output, [(keys, values), ...]) for a list of them (one per block).
+
+    A cache is changed in place (the forward returns the output alone), so it is
+    read after the call; one still empty fails with the ``empty`` hint."""
+    def call(x):
+        out = module(x, cache, *args, **kwargs)
+        caches = cache if isinstance(cache, list) else [cache]
+        for i, held in enumerate(caches):
+            if held.keys is None or held.values is None:
+                which = f"block {i}'s cache (caches[{i}])" if isinstance(cache, list) else "the cache"
+                raise CheckFailed(f"{what}: {which} is still empty after the call", empty)
+        kept = [(held.keys, held.values) for held in caches]
+        return (out, kept) if isinstance(cache, list) else (out, *kept[0])
+
+    return lazily(call, tensor(x), what=what)
+
+
 def numpy_tree(value, what: str):
     if isinstance(value, (tuple, list)):
         return type(value)(numpy_tree(v, f"{what}[{i}]") for i, v in enumerate(value))

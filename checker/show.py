@@ -121,7 +121,7 @@ def _attention_picture(module, x) -> np.ndarray:
 def show_07(mod) -> Shown:
     x = _x((1, 5, SMALL["n_embd"]), 7)
     module = _paired(mod, "GPT2MultiHeadAttention", 7)
-    out = maxrun.run(module, x)[0]
+    out = maxrun.run(module, x)
     return Shown(out, {"x": x}, _attention_picture(module, x))
 
 
@@ -140,18 +140,18 @@ def show_08(mod) -> Shown:
 
 def show_09(mod) -> Shown:
     x = _x((1, 5, SMALL["n_embd"]), 9)
-    return Shown(maxrun.run(_paired(mod, "GPT2Block", 9), x)[0], {"x": x})
+    return Shown(maxrun.run(_paired(mod, "GPT2Block", 9), x), {"x": x})
 
 
 def show_10(mod) -> Shown:
     ids = _ids()
-    out = maxrun.lazily(_paired(mod, "GPT2Model", 10), maxrun.tensor(ids), None, what="GPT2Model")[0]
+    out = maxrun.run(_paired(mod, "GPT2Model", 10), ids, what="GPT2Model")
     return Shown(out, {"ids": ids})
 
 
 def show_11(mod) -> Shown:
     ids = _ids()
-    out = maxrun.lazily(_paired(mod, "GPT2LMHeadModel", 11), maxrun.tensor(ids), None, what="GPT2LMHeadModel")[0]
+    out = maxrun.run(_paired(mod, "GPT2LMHeadModel", 11), ids, what="GPT2LMHeadModel")
     return Shown(out, {"ids": ids}, out[0])
 
 
@@ -184,7 +184,7 @@ def show_14(mod) -> Shown:
 def show_15(mod) -> Shown:
     x = _x((1, 5, SMALL["n_embd"]), 15)
     module = _paired(mod, "GPT2AttentionWithWeights", 15)
-    probs = maxrun.lazily(module, maxrun.tensor(x), None, None, return_weights=True, what="forward")[3]
+    probs = maxrun.run(module, x, return_weights=True, what="forward")[1]  # (output, weights)
     return Shown(probs, {"x": x}, probs[0, 0])
 
 

@@ -85,8 +85,8 @@ class Course:
 
     impl: str
     GPT2Config: type  # step 01
-    causal_mask: object  # step 02
     GPT2MultiHeadAttention: type  # step 07
+    ConcatCache: type  # step 07: the course's KV cache
     GPT2LMHeadModel: type  # step 11
     GPT2AttentionWithWeights: type  # bonus step 15 (the attention map)
 
@@ -107,13 +107,11 @@ def config_class(impl: str = "solutions") -> type:
 def course(impl: str = "solutions") -> Course:
     GPT2Config = config_class(impl)  # refuses an unknown impl
     if impl == "solutions":
-        from solutions.solution_02 import causal_mask
-        from solutions.solution_07 import GPT2MultiHeadAttention
+        from solutions.solution_07 import ConcatCache, GPT2MultiHeadAttention
         from solutions.solution_11 import GPT2LMHeadModel
         from solutions.solution_15 import GPT2AttentionWithWeights
     else:
-        from steps.step_02 import causal_mask
-        from steps.step_07 import GPT2MultiHeadAttention
+        from steps.step_07 import ConcatCache, GPT2MultiHeadAttention
         from steps.step_11 import GPT2LMHeadModel
         from steps.step_15 import GPT2AttentionWithWeights
-    return Course(impl, GPT2Config, causal_mask, GPT2MultiHeadAttention, GPT2LMHeadModel, GPT2AttentionWithWeights)
+    return Course(impl, GPT2Config, GPT2MultiHeadAttention, ConcatCache, GPT2LMHeadModel, GPT2AttentionWithWeights)

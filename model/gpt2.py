@@ -20,8 +20,9 @@
                           (this project's ops for float32 on the CPU and q8_0 /
                           q4_0, MAX's qmatmul for q6_k; nn.Linear otherwise),
                           its attention step 07's (or step 15's for the
-                          attention map) with the cache kept in place
-                          (model/kv_cache.py); then the graph around it, compiled
+                          attention map), each layer's cache an object its
+                          forward calls (model/kv_cache.py's, kept in
+                          place); then the graph around it, compiled
     model/quantize.py     quantize_state: blocks for exactly the quantized layers
                           (kept by model/caches.py)
     model/saved_graphs.py the compiled graph saved as a MEF, driven directly on
@@ -76,11 +77,12 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     # The course's model is built to be traced, and to say which layers are
     # quantized; a saved graph driven directly needs neither (its facts say).
     specs = store.facts.get("quantized") if store.mef is not None else None
-    lm = None
+    lm = kit = None
     if store.mef is None or (placement.quantization and specs is None):
         from model.graph import build_lm
 
-        lm = build_lm(course(options.impl), config, options)
+        kit = course(options.impl)
+        lm = build_lm(kit, config, options)
     if placement.quantization:
         from model.layers import quantized_specs
         from model.quantize import saved_quantize_state
@@ -98,7 +100,7 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
         from model.graph import compile_graph, wrap
         from model.layers import quantized_that_ran
 
-        compiled = compile_graph(wrap(lm, options), config, options, weights, store)
+        compiled = compile_graph(wrap(lm, kit, options), config, options, weights, store)
         quantized = quantized_that_ran(lm)
         store.keep({"quantized_layers": quantized, "quantized": specs or {}})
     return GPT2(config, options, compiled, time.perf_counter() - start, tokenizer, str(folder),

@@ -1,18 +1,20 @@
 """From the course's blocks to one compiled graph: build the module, wrap it, compile it.
 
-    lm = build_lm(course(impl), config, options)   # GPT2LMHeadModel(config, linear, attention), lazily
-    graph = InPlaceGraph(lm, attention_layer)       # or ConcatGraph: the graph's inputs and outputs
+    lm = build_lm(kit, config, options)             # GPT2LMHeadModel(config, linear, attention), lazily
+    graph = wrap(lm, kit, options)                  # InPlaceGraph or ConcatGraph: the graph's inputs and outputs
     compiled = compile_graph(graph, config, options, weights, store)
 
 The graph takes ``ids`` [batch, seq], ``positions`` [k] (the positions whose
-logits to return: step 11's ``positions``) and the cache: with the app's
-in-place cache (model/kv_cache.py) the rows this call writes (start, end),
-the cached length as a shape (mark) and 2 * n_layer buffers [batch, n_head,
-capacity, head_dim] that it writes in place; with step 07's own cache
-(``cache="concat"``, the teaching block, kept beside the in-place one to
-prove both give the same tokens: tests/test_kv_cache.py) the cached keys and
-values go in and the new ones come out. It returns the logits [batch, k,
-vocab] (float32) and, when built with ``attention_layer``, that layer's
+logits to return: step 11's ``positions``) and the cache. Each layer's cache
+is an object step 07's forward calls (``cache.update``, ``cache.attend``):
+with the app's in-place cache (model/kv_cache.py's InPlaceCache) the inputs
+are the rows this call writes (start, end), the cached length as a shape
+(mark) and 2 * n_layer buffers [batch, n_head, capacity, head_dim] that it
+writes in place; with step 07's own ConcatCache (``cache="concat"``, the
+teaching block, kept beside the in-place one to prove both give the same
+tokens: tests/test_kv_cache.py) the cached keys and values go in and the
+concatenated ones come out. It returns the logits [batch, k, vocab]
+(float32) and, when built with ``attention_layer``, that layer's
 probabilities. Batch, sequence and cache lengths are symbolic: one compiled
 graph prefills a prompt of any length and decodes, for the whole process.
 """
@@ -22,8 +24,11 @@ from __future__ import annotations
 import sys
 import time
 
+from max.dtype import DType
+from max.experimental import nn
+
 from model.course import Course
-from model.kv_cache import in_place
+from model.kv_cache import InPlaceCache
 from model.layers import linear_maker
 from model.options import BuildOptions
 
@@ -33,9 +38,8 @@ def build_lm(kit: Course, config, options: BuildOptions):
     it), its layers chosen by ``options``: model/layers' Linear for a
     quantized placement or float32 on the CPU (``linear_maker``), step 15's
     attention (which keeps its probabilities) where an attention layer is
-    asked for, made to keep its cache in place (model/kv_cache.py) unless
-    ``cache="concat"``. The dtype and device are always set explicitly: MAX's
-    own defaults depend on the machine (the accelerator, in bfloat16, where one
+    asked for. The dtype and device are always set explicitly: MAX's own
+    defaults depend on the machine (the accelerator, in bfloat16, where one
     is present), so a CPU build on a machine with a GPU would otherwise get
     its parameters on the GPU."""
     from max.experimental import functional as F
@@ -45,78 +49,68 @@ def build_lm(kit: Course, config, options: BuildOptions):
     linear = linear_maker(options)
     if linear is not None:
         layers["linear"] = linear
-    attention = kit.GPT2AttentionWithWeights if options.attention_layer is not None else kit.GPT2MultiHeadAttention
-    if options.cache == "in_place":
-        attention = in_place(attention, kit.causal_mask)
-    if attention is not kit.GPT2MultiHeadAttention:
-        layers["attention"] = attention
+    if options.attention_layer is not None:
+        layers["attention"] = kit.GPT2AttentionWithWeights
     with F.lazy(), default_dtype(options.placement.max_dtype()), default_device(options.placement.max_device()):
         return kit.GPT2LMHeadModel(config, **layers)
 
 
-def _outputs(lm, logits, attention_layer: int | None, cache: list = ()) -> tuple:
-    """A graph's outputs: the logits (float32), the cache tensors where the
-    cache is not in place, and one layer's attention probabilities (float32), kept by
-    step 15's attention during the call (the other layers' are never
-    materialised)."""
-    from max.dtype import DType
+class _Graph(nn.Module):
+    """What both graphs share: step 11's model, and the outputs it gives."""
 
-    out = (logits.cast(DType.float32), *cache)
-    if attention_layer is not None:  # float32 here, in the graph: bfloat16 on a GPU would need a cast of its own
-        out += (lm.transformer.h[attention_layer].attn.kept.weights.cast(DType.float32),)
-    return out
+    def __init__(self, lm, attention_layer: int | None) -> None:
+        super().__init__()
+        self.lm = lm
+        self.attention_layer = attention_layer
+
+    def outputs(self, logits, caches=()) -> tuple:
+        """The logits (float32), the concatenated cache tensors where the
+        cache is not in place, and one layer's attention probabilities
+        (float32), kept by step 15's attention during the call (the other
+        layers' are never materialised)."""
+        out = (logits.cast(DType.float32), *(t for cache in caches for t in (cache.keys, cache.values)))
+        if self.attention_layer is not None:  # float32 here, in the graph: bfloat16 on a GPU would need a cast
+            out += (self.lm.transformer.h[self.attention_layer].attn.kept.weights.cast(DType.float32),)
+        return out
 
 
-def ConcatGraph(lm, attention_layer: int | None):
-    """Step 11's model with the course's cache (step 07's F.concat): flat
+class ConcatGraph(_Graph):
+    """Step 11's model with the course's cache (step 07's ConcatCache): flat
     tensors in and out, the cache among them."""
-    from max.experimental import nn
 
-    class GPT2Graph(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lm = lm
+    def __init__(self, lm, kit: Course, attention_layer: int | None) -> None:
+        super().__init__(lm, attention_layer)
+        self.cache_class = kit.ConcatCache
 
-        def forward(self, ids, positions, *past_flat):
-            past = list(zip(past_flat[0::2], past_flat[1::2]))
-            logits, present = self.lm(ids, past, positions)
-            return _outputs(self.lm, logits, attention_layer, [t for kv in present for t in kv])
-
-    return GPT2Graph()
+    def forward(self, ids, positions, *past_flat):
+        caches = [self.cache_class(k, v) for k, v in zip(past_flat[0::2], past_flat[1::2])]
+        return self.outputs(self.lm(ids, caches, positions), caches)
 
 
-def InPlaceGraph(lm, attention_layer: int | None):
+class InPlaceGraph(_Graph):
     """Step 11's model over in-place cache buffers (model/kv_cache.py): ids,
     positions, the rows to write (start, end), the cached length as a shape
     (mark), 2 * n_layer buffers in; the logits (and one layer's
     probabilities) out. The buffers are written in place: no cache output."""
-    from max.experimental import nn
 
-    slots = [block.attn.slot for block in lm.transformer.h]
+    def __init__(self, lm, kit: Course, attention_layer: int | None) -> None:
+        super().__init__(lm, attention_layer)
+        self.attend = kit.ConcatCache().attend  # step 07's mask and _attn call, over the buffers' rows
 
-    class GPT2InPlaceGraph(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lm = lm
-
-        def forward(self, ids, positions, start, end, mark, *buffers):
-            for i, slot in enumerate(slots):
-                slot.bind(buffers[2 * i], buffers[2 * i + 1], start, end, mark)
-            logits, _ = self.lm(ids, [slot.cached() for slot in slots], positions)
-            return _outputs(self.lm, logits, attention_layer)
-
-    return GPT2InPlaceGraph()
+    def forward(self, ids, positions, start, end, mark, *buffers):
+        caches = [InPlaceCache(keys, values, start, end, mark, self.attend)
+                  for keys, values in zip(buffers[0::2], buffers[1::2])]
+        return self.outputs(self.lm(ids, caches, positions))
 
 
-def wrap(lm, options: BuildOptions):
+def wrap(lm, kit: Course, options: BuildOptions):
     """The graph module around ``lm`` for ``options.cache``."""
-    return (InPlaceGraph if options.cache == "in_place" else ConcatGraph)(lm, options.attention_layer)
+    return (InPlaceGraph if options.cache == "in_place" else ConcatGraph)(lm, kit, options.attention_layer)
 
 
 def compile_graph(graph, config, options: BuildOptions, weights: dict, store):
     """Trace ``graph`` and compile it for ``options.placement`` with
     ``weights`` (saving its MEF through ``store``: model/saved_graphs.py)."""
-    from max.dtype import DType
     from max.graph import TensorType
 
     placement = options.placement

@@ -28,8 +28,8 @@ class BuildOptions:
     layers). ``linear``: for float32 on the CPU, ``custom`` runs the Linear
     layers on model/layers/few_rows.py's op (decoding ~1.2x faster), ``course``
     on step 04's nn.Linear (elsewhere it changes nothing). ``cache``:
-    ``in_place`` (model/kv_cache.py) or ``concat`` (step 07's own way, kept
-    beside it to prove both give the same tokens). ``attention_layer``: also
+    ``in_place`` (model/kv_cache.py's InPlaceCache) or ``concat`` (step
+    07's ConcatCache, kept beside it to prove both give the same tokens). ``attention_layer``: also
     return that layer's attention probabilities (the attention map).
     ``every_position``: the server's network (serve/network.py) also returns
     every token's logits, not only each sequence's last (``python -m serve

@@ -16,10 +16,25 @@ Why
     and V with one combined matrix, ``c_attn``; its checkpoints store it that
     way, so the names and the Q, K, V order must match to load them.
 
-    ``forward(x, past_key, past_value)`` also returns the keys and values it
-    used (cached ones first, then the new ones). A KV cache (the app) keeps
-    them, so that the next token computes only its own Q, K, V: the mask of
-    step 02 with ``past_len`` makes the new rows see the cached positions.
+The cache: an object the layer calls
+    Generating one token at a time, the keys and values of the earlier
+    positions never change, so a KV cache keeps them and each new token
+    computes only its own Q, K, V. ``forward(x, cache)`` hands its new keys
+    and values to the cache and lets the cache attend (as Hugging Face's
+    ``Cache.update`` does):
+
+        k, v = cache.update(k, v)                   # the cached ones first, then the new ones
+        out = cache.attend(q, k, v, self._attn)     # _attn with the mask the cache knows
+
+    You write the course's cache, ``ConcatCache``: ``update`` concatenates
+    the cached keys and values with the new ones (axis 2) and keeps the
+    result; ``attend`` calls ``_attn`` with step 02's mask for the new rows
+    after the cached positions (``past_len`` = the cached length). The app
+    and the server hand the same forward other caches: the app's writes into
+    buffers allocated once (model/kv_cache.py), the server's into the
+    serving engine's pages and attends with its flash-attention kernel
+    (serve/network.py), which alone knows where each request of a batch
+    starts. Your forward runs in all three.
 
 The math, per head, with d = head_dim
     scores  = Q K^T / sqrt(d)                 [seq, past + seq]
@@ -39,6 +54,7 @@ Useful MAX calls
     step 04), ``F.split(x, [n, n, n], axis=-1)``, ``x.reshape([...])``,
     ``x.transpose(a, b)``, ``q @ k.transpose(-1, -2)``, ``F.softmax(x, axis=-1)``,
     ``F.concat([a, b], axis=2)``; ``x.shape[1]`` is a dimension you can reuse.
+    ``cache.length``: how many positions a cache holds (0 when empty).
 
 Coming from PyTorch? docs/pytorch-to-max.md#axis-not-dim, docs/pytorch-to-max.md#masking-with--inf,
 docs/pytorch-to-max.md#linear-layers
@@ -54,6 +70,41 @@ from max.experimental.tensor import Tensor
 
 from solutions.solution_01 import GPT2Config
 from solutions.solution_02 import causal_mask
+
+
+class ConcatCache:
+    """The course's KV cache for one layer: the keys and values seen so far,
+    kept as tensors [batch, n_head, positions, head_dim] (None while empty).
+    A plain object, not a Module: MAX would take Tensor attributes of a
+    Module for parameters."""
+
+    def __init__(self, keys: Tensor | None = None, values: Tensor | None = None) -> None:
+        self.keys, self.values = keys, values
+
+    @property
+    def length(self):
+        """How many positions are cached: 0, or the keys' axis 2."""
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Put this call's k, v [batch, n_head, seq, head_dim] after the cached
+        ones (axis 2), keep the result, and return it."""
+        # BEGIN SOLUTION
+        if self.keys is not None:
+            k = F.concat([self.keys, k], axis=2)
+            v = F.concat([self.values, v], axis=2)
+        self.keys, self.values = k, v
+        return k, v
+        # END SOLUTION
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, attn) -> Tensor:
+        """``attn(q, k, v, mask)`` with step 02's causal mask for q's seq rows
+        after the k.shape[2] - seq cached positions."""
+        # BEGIN SOLUTION
+        seq = q.shape[2]
+        mask = causal_mask(seq, k.shape[2] - seq, dtype=q.dtype, device=q.device)
+        return attn(q, k, v, mask)
+        # END SOLUTION
 
 
 class GPT2MultiHeadAttention(nn.Module):
@@ -98,24 +149,18 @@ class GPT2MultiHeadAttention(nn.Module):
         return self.attention_weights(q, k, mask) @ v
         # END SOLUTION
 
-    def forward(
-        self, x: Tensor, past_key: Tensor | None = None, past_value: Tensor | None = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Returns (output [batch, seq, n_embd], keys, values), where keys and
-        values [batch, n_head, past + seq, head_dim] include the cached ones."""
+    def forward(self, x: Tensor, cache=None) -> Tensor:
+        """x [batch, seq, n_embd] -> [batch, seq, n_embd]. ``cache`` keeps this
+        layer's keys and values from call to call (a ConcatCache, or the app's
+        or the server's); None: a new ConcatCache, kept by nobody."""
         # 1. c_attn, then split the last axis into Q, K, V (n_embd each, in that order).
         # 2. Split each into heads.
-        # 3. With a cache, put the cached keys/values before the new ones (axis 2).
-        # 4. The causal mask for seq new rows after past cached positions.
-        # 5. Attention, merge the heads, c_proj.
+        # 3. Hand k, v to the cache (cache.update): back come the cached ones and the new ones.
+        # 4. Let the cache attend with your _attn (cache.attend), merge the heads, c_proj.
         # BEGIN SOLUTION
         q, k, v = F.split(self.c_attn(x), [self.n_embd, self.n_embd, self.n_embd], axis=-1)
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
-        if past_key is not None:
-            k = F.concat([past_key, k], axis=2)
-            v = F.concat([past_value, v], axis=2)
-        seq = x.shape[1]
-        mask = causal_mask(seq, k.shape[2] - seq, dtype=x.dtype, device=x.device)
-        out = self._merge_heads(self._attn(q, k, v, mask))
-        return self.c_proj(out), k, v
+        cache = ConcatCache() if cache is None else cache
+        k, v = cache.update(k, v)
+        return self.c_proj(self._merge_heads(cache.attend(q, k, v, self._attn)))
         # END SOLUTION

@@ -22,10 +22,11 @@ Why
     it is normalised once at the end.
 
 The cache
-    ``forward(ids, past)`` takes ``past``, a list with one ``(key, value)`` pair
-    per block (or None), and returns the new list beside the output. The
-    positions of the new tokens start after the cached ones:
-    ``past_len = past[0][0].shape[2]``.
+    ``forward(ids, caches)`` takes ``caches``, one cache per block (step 07's
+    ConcatCache, or the app's; None: no cache), and hands block i its own.
+    The positions of the new tokens start after the cached ones:
+    ``past_len = caches[0].length``, read before the blocks add to them.
+    ``new_caches(n_layer)`` makes the course's empty ones.
 
 Useful MAX calls
     ``nn.ModuleList([...])`` holds the blocks (its children are named 0, 1, ...).
@@ -42,11 +43,13 @@ from solutions.solution_01 import GPT2Config
 from solutions.solution_03 import LayerNorm
 from solutions.solution_05 import TokenEmbedding
 from solutions.solution_06 import PositionEmbedding
-from solutions.solution_07 import GPT2MultiHeadAttention
+from solutions.solution_07 import ConcatCache, GPT2MultiHeadAttention
 from solutions.solution_09 import GPT2Block
 
-# One (key, value) pair per block, each [batch, n_head, positions, head_dim].
-KVCache = list[tuple[Tensor, Tensor]]
+
+def new_caches(n_layer: int) -> list[ConcatCache]:
+    """One empty course cache per block."""
+    return [ConcatCache() for _ in range(n_layer)]
 
 
 class GPT2Model(nn.Module):
@@ -63,16 +66,13 @@ class GPT2Model(nn.Module):
         self.ln_f = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         # END SOLUTION
 
-    def forward(self, ids: Tensor, past: KVCache | None = None) -> tuple[Tensor, KVCache]:
-        """ids [batch, seq] -> (hidden [batch, seq, n_embd], new cache)."""
+    def forward(self, ids: Tensor, caches: list | None = None) -> Tensor:
+        """ids [batch, seq] -> hidden [batch, seq, n_embd]; ``caches``: one per block, or None."""
         # BEGIN SOLUTION
         seq = ids.shape[1]
-        past_len = past[0][0].shape[2] if past is not None else 0
+        past_len = caches[0].length if caches is not None else 0
         x = self.wte(ids) + self.wpe(seq, past_len)
-        present: KVCache = []
         for i, block in enumerate(self.h):
-            past_key, past_value = past[i] if past is not None else (None, None)
-            x, key, value = block(x, past_key, past_value)
-            present.append((key, value))
-        return self.ln_f(x), present
+            x = block(x, caches[i] if caches is not None else None)
+        return self.ln_f(x)
         # END SOLUTION

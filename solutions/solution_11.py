@@ -38,7 +38,7 @@ from max.experimental.tensor import Tensor
 
 from solutions.solution_01 import GPT2Config
 from solutions.solution_07 import GPT2MultiHeadAttention
-from solutions.solution_10 import GPT2Model, KVCache
+from solutions.solution_10 import GPT2Model
 
 
 class GPT2LMHeadModel(nn.Module):
@@ -54,13 +54,11 @@ class GPT2LMHeadModel(nn.Module):
         self.lm_head = linear(config.n_embd, config.vocab_size, bias=False)
         # END SOLUTION
 
-    def forward(
-        self, ids: Tensor, past: KVCache | None = None, positions: Tensor | None = None
-    ) -> tuple[Tensor, KVCache]:
-        """ids [batch, seq] -> (logits [batch, len(positions) or seq, vocab_size], new cache)."""
+    def forward(self, ids: Tensor, caches: list | None = None, positions: Tensor | None = None) -> Tensor:
+        """ids [batch, seq] -> logits [batch, len(positions) or seq, vocab_size]; ``caches`` as in step 10."""
         # BEGIN SOLUTION
-        hidden, present = self.transformer(ids, past)
+        hidden = self.transformer(ids, caches)
         if positions is not None:
             hidden = F.gather(hidden, positions, axis=1)
-        return self.lm_head(hidden), present
+        return self.lm_head(hidden)
         # END SOLUTION

@@ -5,9 +5,9 @@ What
     math, same output) whose forward can, when asked, also return the
     attention probabilities it used:
 
-        forward(x, past_key, past_value, return_weights=False)
-            -> (output, keys, values)                    as in step 07
-            -> (output, keys, values, weights)           with return_weights=True
+        forward(x, cache=None, return_weights=False)
+            -> output                                    as in step 07
+            -> (output, weights)                         with return_weights=True
 
     ``weights`` has shape (batch, n_head, seq, past + seq): row i of head h is
     the distribution query i spreads over the keys. Every row sums to 1, and
@@ -66,11 +66,10 @@ class GPT2AttentionWithWeights(GPT2MultiHeadAttention):
         return weights @ v
         # END SOLUTION
 
-    def forward(self, x: Tensor, past_key: Tensor | None = None, past_value: Tensor | None = None,
-                return_weights: bool = False):
-        """Step 07's forward; with ``return_weights`` also the probabilities."""
+    def forward(self, x: Tensor, cache=None, return_weights: bool = False):
+        """Step 07's forward; with ``return_weights`` also the probabilities: (output, weights)."""
         # Call step 07's forward, then add self.kept.weights when asked.
         # BEGIN SOLUTION
-        out, k, v = super().forward(x, past_key, past_value)
-        return (out, k, v, self.kept.weights) if return_weights else (out, k, v)
+        out = super().forward(x, cache)
+        return (out, self.kept.weights) if return_weights else out
         # END SOLUTION

@@ -15,8 +15,8 @@ What
 
 Why
     Everything GPT-2 does happens in 12 (to 48) repetitions of this block.
-    Attention returns its keys and values as well as its output; the block
-    passes them on, so that the model can cache them.
+    The block hands its ``cache`` (this layer's keys and values, step 07) on
+    to the attention; the MLP needs none.
 
 Built from your earlier steps
     ``LayerNorm`` (03), ``GPT2MultiHeadAttention`` (07), ``GPT2MLP`` (04),
@@ -51,10 +51,8 @@ class GPT2Block(nn.Module):
         # MLP gets the same ``linear``.
         raise NotImplementedError("TODO(step 09): replace this line with your code")
 
-    def forward(
-        self, x: Tensor, past_key: Tensor | None = None, past_value: Tensor | None = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Returns (x after the block, keys, values) like the attention does."""
-        # The attention's residual is written out by hand (it also returns the
-        # keys and values); the MLP's goes through pre_norm_residual.
+    def forward(self, x: Tensor, cache=None) -> Tensor:
+        """x [batch, seq, n_embd] after the block; ``cache`` goes to the attention."""
+        # The attention's residual is written out by hand (its call takes the
+        # cache too); the MLP's goes through pre_norm_residual.
         raise NotImplementedError("TODO(step 09): replace this line with your code")

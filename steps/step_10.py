@@ -22,10 +22,11 @@ Why
     it is normalised once at the end.
 
 The cache
-    ``forward(ids, past)`` takes ``past``, a list with one ``(key, value)`` pair
-    per block (or None), and returns the new list beside the output. The
-    positions of the new tokens start after the cached ones:
-    ``past_len = past[0][0].shape[2]``.
+    ``forward(ids, caches)`` takes ``caches``, one cache per block (step 07's
+    ConcatCache, or the app's; None: no cache), and hands block i its own.
+    The positions of the new tokens start after the cached ones:
+    ``past_len = caches[0].length``, read before the blocks add to them.
+    ``new_caches(n_layer)`` makes the course's empty ones.
 
 Useful MAX calls
     ``nn.ModuleList([...])`` holds the blocks (its children are named 0, 1, ...).
@@ -42,11 +43,13 @@ from steps.step_01 import GPT2Config
 from steps.step_03 import LayerNorm
 from steps.step_05 import TokenEmbedding
 from steps.step_06 import PositionEmbedding
-from steps.step_07 import GPT2MultiHeadAttention
+from steps.step_07 import ConcatCache, GPT2MultiHeadAttention
 from steps.step_09 import GPT2Block
 
-# One (key, value) pair per block, each [batch, n_head, positions, head_dim].
-KVCache = list[tuple[Tensor, Tensor]]
+
+def new_caches(n_layer: int) -> list[ConcatCache]:
+    """One empty course cache per block."""
+    return [ConcatCache() for _ in range(n_layer)]
 
 
 class GPT2Model(nn.Module):
@@ -58,6 +61,6 @@ class GPT2Model(nn.Module):
         # Every block gets ``linear`` and ``attention`` (see step 09).
         raise NotImplementedError("TODO(step 10): replace this line with your code")
 
-    def forward(self, ids: Tensor, past: KVCache | None = None) -> tuple[Tensor, KVCache]:
-        """ids [batch, seq] -> (hidden [batch, seq, n_embd], new cache)."""
+    def forward(self, ids: Tensor, caches: list | None = None) -> Tensor:
+        """ids [batch, seq] -> hidden [batch, seq, n_embd]; ``caches``: one per block, or None."""
         raise NotImplementedError("TODO(step 10): replace this line with your code")

@@ -38,7 +38,7 @@ from max.experimental.tensor import Tensor
 
 from steps.step_01 import GPT2Config
 from steps.step_07 import GPT2MultiHeadAttention
-from steps.step_10 import GPT2Model, KVCache
+from steps.step_10 import GPT2Model
 
 
 class GPT2LMHeadModel(nn.Module):
@@ -51,8 +51,6 @@ class GPT2LMHeadModel(nn.Module):
         # lm_head: linear(n_embd, vocab_size) without bias.
         raise NotImplementedError("TODO(step 11): replace this line with your code")
 
-    def forward(
-        self, ids: Tensor, past: KVCache | None = None, positions: Tensor | None = None
-    ) -> tuple[Tensor, KVCache]:
-        """ids [batch, seq] -> (logits [batch, len(positions) or seq, vocab_size], new cache)."""
+    def forward(self, ids: Tensor, caches: list | None = None, positions: Tensor | None = None) -> Tensor:
+        """ids [batch, seq] -> logits [batch, len(positions) or seq, vocab_size]; ``caches`` as in step 10."""
         raise NotImplementedError("TODO(step 11): replace this line with your code")

@@ -77,3 +77,23 @@ def learner_tree(tmp_path: Path, finished: bool) -> tuple[Path, dict[str, str]]:
         (steps / f"step_{step_id(solution)}.py").write_text(text)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return steps.parent, env
+
+
+# Two changes a learner might make to step 07: a forward without c_proj, and an
+# _attn that scales its output. Each must reach the model the app runs.
+STEP_07_EDITS = {
+    "forward-without-c_proj": ("return self.c_proj(self._merge_heads(cache.attend(q, k, v, self._attn)))",
+                               "return self._merge_heads(cache.attend(q, k, v, self._attn))"),
+    "_attn-scaled": ("return self.attention_weights(q, k, mask) @ v",
+                     "return (self.attention_weights(q, k, mask) @ v) * 2.0"),
+}
+
+
+def edited_learner_tree(tmp_path, edit: tuple[str, str]):
+    """A finished learner tree whose steps/step_07.py has ``edit`` made."""
+    cwd, env = learner_tree(tmp_path, finished=True)
+    step = cwd / "steps" / "step_07.py"
+    text = step.read_text()
+    assert edit[0] in text, "step 07's solution changed: update STEP_07_EDITS"
+    step.write_text(text.replace(*edit))
+    return cwd, env

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from checkpoints import learner_tree, write_checkpoint
+from checkpoints import STEP_07_EDITS, edited_learner_tree, learner_tree, write_checkpoint
 from conftest import run_python
 
 from checker import oracle
@@ -192,6 +192,15 @@ def test_impl_steps_runs_a_finished_course(tmp_path, folder):
     mine = _cli_in(cwd, env, "--impl", "steps", *args)
     assert mine.returncode == 0, mine.stderr
     assert mine.stdout == _cli(*args).stdout
+
+
+@pytest.mark.parametrize("edit", list(STEP_07_EDITS), ids=list(STEP_07_EDITS))
+def test_the_learner_s_step_07_is_the_attention_the_app_runs(tmp_path, folder, edit):
+    cwd, env = edited_learner_tree(tmp_path, STEP_07_EDITS[edit])
+    args = ("--model", str(folder), "--temperature", "0", "--max-new-tokens", "8", "--quiet", "Hello")
+    mine = _cli_in(cwd, env, "--impl", "steps", *args)
+    assert mine.returncode == 0, mine.stderr
+    assert mine.stdout != _cli(*args).stdout
 
 
 def test_ctrl_c_prints_what_was_generated_and_exits_130(folder, monkeypatch, capsys):

@@ -44,12 +44,25 @@ def test_a_spent_cache_is_refused(both):
     assert after.length == ref["prompt"].shape[1] and not after.spent
 
 
-def test_the_in_place_block_is_the_courses_attention(both):
-    from model.kv_cache import in_place as make
-    from solutions.solution_02 import causal_mask
-    from solutions.solution_07 import GPT2MultiHeadAttention
+def test_the_app_runs_the_course_s_attention_itself():
+    """No attention class of the app's own: step 07's, handed the in-place
+    cache object by the graph."""
+    from max.dtype import DType
+    from max.experimental import functional as F
+    from max.experimental.tensor import default_dtype
 
-    assert issubclass(make(GPT2MultiHeadAttention, causal_mask), GPT2MultiHeadAttention)
+    from model.course import course
+    from model.graph import InPlaceGraph, build_lm
+    from model.options import BuildOptions
+    from weights import read_config
+
+    folder, _, _ = reference("tiny-2l-4h")
+    kit = course("solutions")
+    with F.lazy(), default_dtype(DType.float32):
+        lm = build_lm(kit, read_config(folder, kit.GPT2Config), BuildOptions(device="cpu"))
+        graph = InPlaceGraph(lm, kit, None)
+    assert all(type(block.attn) is kit.GPT2MultiHeadAttention for block in lm.transformer.h)
+    assert graph.attend.__self__.__class__ is kit.ConcatCache
 
 
 def test_the_cache_is_sized_per_generation(both):

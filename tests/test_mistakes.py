@@ -77,7 +77,9 @@ MISTAKES = [
      [("random.normal([n_positions, n_embd])", "random.normal([n_embd, n_positions])")], "[n_positions, n_embd]"),
     # step 07: attention (every mistake the issue names, each with its own hint)
     ("07", "mask without past_len", [("causal_mask(seq, k.shape[2] - seq, dtype", "causal_mask(seq, dtype")],
-     "causal_mask(seq_len, past_len) with past_len = the cached length (k.shape[2] - seq_len). The mask is made at"),
+     "causal_mask(seq, k.shape[2] - seq), where k holds the cached keys and the new ones"),
+    ("07", "mask built from self.length", [("causal_mask(seq, k.shape[2] - seq, dtype", "causal_mask(seq, self.length, dtype")],
+     "attend reads only its arguments (the app's cache borrows it), not self.length"),
     ("07", "no 1/sqrt(head_dim) scale", [(" * (1.0 / math.sqrt(self.head_dim))", "")], "scale the scores by 1 / sqrt(head_dim)"),
     ("07", "scaled by sqrt(n_embd)", [("math.sqrt(self.head_dim)", "math.sqrt(self.n_embd)")], "not 1 / sqrt(n_embd)"),
     ("07", "no causal mask", [("F.softmax(scores + mask, axis=-1)", "F.softmax(scores, axis=-1)")], "add the causal mask"),
@@ -91,8 +93,25 @@ MISTAKES = [
     ("07", "Q/K/V split in the wrong order", [("q, k, v = F.split(", "k, q, v = F.split(")], "Q, K, V in that order"),
     ("07", "softmax over the wrong axis", [("F.softmax(scores + mask, axis=-1)", "F.softmax(scores + mask, axis=-2)")], "softmax over the last axis"),
     ("07", "cache concatenated after the new keys",
-     [("F.concat([past_key, k], axis=2)", "F.concat([k, past_key], axis=2)"),
-      ("F.concat([past_value, v], axis=2)", "F.concat([v, past_value], axis=2)")], "cached keys followed by the new ones"),
+     [("F.concat([self.keys, k], axis=2)", "F.concat([k, self.keys], axis=2)"),
+      ("F.concat([self.values, v], axis=2)", "F.concat([v, self.values], axis=2)")], "cached keys followed by the new ones"),
+    ("07", "update does not keep the result", [("        self.keys, self.values = k, v\n        return k, v\n", "        return k, v\n")],
+     "keep the result: self.keys, self.values = k, v"),
+    ("07", "update keeps only this call's keys",
+     [("        if self.keys is not None:\n            k = F.concat(", "        new = k, v\n        if self.keys is not None:\n            k = F.concat("),
+      ("        self.keys, self.values = k, v\n        return k, v\n", "        self.keys, self.values = new\n        return k, v\n")],
+     "not only this call's"),
+    ("07", "length always 0", [("return 0 if self.keys is None else self.keys.shape[2]", "return 0")],
+     "then self.keys.shape[2]"),
+    ("07", "forward still returns the keys and values",
+     [("return self.c_proj(self._merge_heads(cache.attend(q, k, v, self._attn)))",
+       "return self.c_proj(self._merge_heads(cache.attend(q, k, v, self._attn))), k, v")],
+     "forward returns the output alone now; the keys and values stay in the cache"),
+    ("07", "forward masks without the cache",
+     [("return self.c_proj(self._merge_heads(cache.attend(q, k, v, self._attn)))",
+       "seq = x.shape[1]\n        mask = causal_mask(seq, k.shape[2] - seq, dtype=x.dtype, device=x.device)\n"
+       "        return self.c_proj(self._merge_heads(self._attn(q, k, v, mask)))")],
+     "expected cache.update, then cache.attend"),
     # step 08: residual wiring
     ("08", "post-LN", [("return x + sublayer(norm(x))", "return norm(x + sublayer(x))")], "post-LN"),
     ("08", "no residual", [("return x + sublayer(norm(x))", "return sublayer(norm(x))")], "add the residual"),
@@ -100,14 +119,14 @@ MISTAKES = [
     ("08", "residual adds the normalised x", [("return x + sublayer(norm(x))", "return norm(x) + sublayer(norm(x))")], "*raw* x"),
     # step 09: the block
     ("09", "norms swapped",
-     [("self.attn(self.ln_1(x), past_key, past_value)", "self.attn(self.ln_2(x), past_key, past_value)"),
+     [("self.attn(self.ln_1(x), cache)", "self.attn(self.ln_2(x), cache)"),
       ("pre_norm_residual(x, self.ln_2, self.mlp)", "pre_norm_residual(x, self.ln_1, self.mlp)")], "they are swapped"),
-    ("09", "no attention residual", [("x = x + attn_out", "x = attn_out")], "add the attention's output"),
-    ("09", "no MLP residual", [("x = pre_norm_residual(x, self.ln_2, self.mlp)", "x = self.mlp(self.ln_2(x))")], "add the MLP's output"),
+    ("09", "no attention residual", [("x = x + self.attn(self.ln_1(x), cache)", "x = self.attn(self.ln_1(x), cache)")], "add the attention's output"),
+    ("09", "no MLP residual", [("return pre_norm_residual(x, self.ln_2, self.mlp)", "return self.mlp(self.ln_2(x))")], "add the MLP's output"),
     ("09", "post-LN block",
-     [("self.attn(self.ln_1(x), past_key, past_value)", "self.attn(x, past_key, past_value)"),
-      ("x = x + attn_out", "x = self.ln_1(x + attn_out)"),
-      ("x = pre_norm_residual(x, self.ln_2, self.mlp)", "x = self.ln_2(x + self.mlp(x))")], "GPT-2 is pre-LN"),
+     [("x = x + self.attn(self.ln_1(x), cache)", "x = self.ln_1(x + self.attn(x, cache))"),
+      ("return pre_norm_residual(x, self.ln_2, self.mlp)", "return self.ln_2(x + self.mlp(x))")], "GPT-2 is pre-LN"),
+    ("09", "cache not passed on", [("self.attn(self.ln_1(x), cache)", "self.attn(self.ln_1(x))")], "pass the cache on to the attention"),
     ("09", "MLP named ffn", [("self.mlp = GPT2MLP(config, linear)", "self.ffn = GPT2MLP(config, linear)"), ("self.ln_2, self.mlp)", "self.ln_2, self.ffn)")],
      "ln_1, attn, ln_2, mlp"),
     ("09", "norms with LayerNorm's default eps",
@@ -118,20 +137,21 @@ MISTAKES = [
     ("10", "ln_f with LayerNorm's default eps",
      [("self.ln_f = LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)", "self.ln_f = LayerNorm(config.n_embd)")],
      "build ln_f with eps=config.layer_norm_epsilon"),
-    ("10", "no final layer norm", [("return self.ln_f(x), present", "return x, present")], "ln_f"),
+    ("10", "no final layer norm", [("return self.ln_f(x)", "return x")], "ln_f"),
     ("10", "no position embeddings", [("x = self.wte(ids) + self.wpe(seq, past_len)", "x = self.wte(ids)")], "add the position embeddings"),
     ("10", "positions not offset by the cache", [("self.wpe(seq, past_len)", "self.wpe(seq, 0)")], "not 0"),
+    ("10", "every block gets the first cache", [("caches[i] if caches", "caches[0] if caches")], "give block i its own cache"),
     ("10", "blocks not named h",
      [("self.h = nn.ModuleList", "self.blocks = nn.ModuleList"), ("enumerate(self.h)", "enumerate(self.blocks)")], "h (an nn.ModuleList"),
     # step 11: the LM head
-    ("11", "head reads wte directly", [("return self.lm_head(hidden), present", "return hidden @ self.transformer.wte.weight.T, present")],
+    ("11", "head reads wte directly", [("return self.lm_head(hidden)", "return hidden @ self.transformer.wte.weight.T")],
      "not wte directly"),
     ("11", "head with a bias", [("linear(config.n_embd, config.vocab_size, bias=False)", "linear(config.n_embd, config.vocab_size)")],
      "lm_head"),
     ("11", "positions gathered over the batch", [("hidden = F.gather(hidden, positions, axis=1)", "hidden = F.gather(hidden, positions, axis=0)")],
      "forward(ids, None, positions="),
-    ("11", "cache not passed on", [("hidden, present = self.transformer(ids, past)", "hidden, present = self.transformer(ids)")],
-     "pass past on"),
+    ("11", "cache not passed on", [("self.transformer(ids, caches)", "self.transformer(ids)")],
+     "pass caches on"),
     # step 12: generation
     ("12", "temperature multiplied", [("logits.astype(np.float64) / temperature", "logits.astype(np.float64) * temperature")], "you multiplied"),
     ("12", "softmax adds the max", [("np.exp(scaled - scaled.max())", "np.exp(scaled + scaled.max())")],
@@ -172,7 +192,7 @@ MISTAKES = [
     ("15", "weights are the raw scores",
      [("self.kept.weights = weights\n", "self.kept.weights = q @ k.transpose(-1, -2)\n")],
      "not the raw scores"),
-    ("15", "weights always returned", [("return (out, k, v, self.kept.weights) if return_weights else (out, k, v)", "return out, k, v, self.kept.weights")],
+    ("15", "weights always returned", [("return (out, self.kept.weights) if return_weights else out", "return out, self.kept.weights")],
      "return the weights only when"),
     ("15", "weights never kept", [("self.kept.weights = weights\n", "")], "mutant_15.py:"),
     # bonus step 16: rotary attention
@@ -193,7 +213,8 @@ MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("step, mistake, edits, expected", MISTAKES, ids=[m[1] for m in MISTAKES])
+# Each test is named by its step and mistake: `-k 07` runs step 07's.
+@pytest.mark.parametrize("step, mistake, edits, expected", MISTAKES, ids=[f"{m[0]} {m[1]}" for m in MISTAKES])
 def test_seeded_mistake_fails_with_its_hint(step, mistake, edits, expected, tmp_path):
     outcomes = check_file(step, mutate(step, tmp_path, edits), stop_at_failure=True)
     failures = [o for o in outcomes if not o.passed]

@@ -8,7 +8,7 @@ The server (serve/) is the one other place a network is built, because MAX's
 serving engine owns that build: it constructs the module where it asks
 (``GPT2PipelineModel._instantiate_module``) and compiles it itself. serve/
 never compiles; it builds the course's GPT2LMHeadModel in one place,
-serve/network.py, around the paged attention."""
+serve/network.py, and hands its attention the paged cache."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = (sorted((ROOT / "model").rglob("*.py")) + sorted((ROOT / "bench").glob("*.py"))
        + sorted((ROOT / "serve").glob("*.py")))
 BUILD = (ROOT / "model" / "gpt2.py", ROOT / "model" / "graph.py")
-SERVED_NETWORK = ROOT / "serve" / "network.py"  # the engine's build: the course's model around the paged cache
+SERVED_NETWORK = ROOT / "serve" / "network.py"  # the engine's build: the course's model with the paged cache
 
 
 def calls(path: Path) -> list[tuple[str, int]]:
@@ -102,6 +102,28 @@ def test_layer_classes_live_at_module_level():
     inside = [f"{p.relative_to(ROOT)}: {name} in {fn}()" for p in PACKAGE for name, kind, fn in definitions(p)
               if kind == "ClassDef" and fn is not None and name.endswith("Linear")]
     assert inside == []
+
+
+def test_no_class_is_made_inside_a_function_in_the_app_or_the_server():
+    # A class made by a function (a subclass of the course's attention, say) is a copy of
+    # the course's code in disguise; the app and the server hand the course's own classes
+    # their cache objects instead.
+    inside = [f"{p.relative_to(ROOT)}: {name} in {fn}()" for p in PACKAGE for name, kind, fn in definitions(p)
+              if kind == "ClassDef" and fn is not None and p.relative_to(ROOT).parts[0] in ("model", "serve")]
+    assert inside == []
+
+
+def test_only_the_course_writes_an_attention_forward():
+    # A function that calls both c_attn and c_proj is an attention forward: it lives in
+    # step 07 (and its bonus variants), so a learner's change to it reaches the app and the server.
+    found = []
+    for path in PACKAGE:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+                if {"c_attn", "c_proj"} <= names:
+                    found.append(f"{path.relative_to(ROOT)}: {node.name}()")
+    assert found == []
 
 
 def test_cache_paths_live_in_the_cache_module():

@@ -8,6 +8,7 @@ import pytest
 
 from checker import maxrun, oracle
 from checker.checks import step_01
+from checker.checks.step_10 import caches_of
 
 
 def test_hf_defaults_table_is_hugging_faces():
@@ -80,7 +81,7 @@ def _small_lm(seed: int = 0):
 def test_full_gpt2_forward_matches_oracle():
     model, weights = _small_lm()
     ids = np.random.default_rng(1).integers(0, SMALL["vocab_size"], size=(2, 33)).astype(np.int64)
-    logits, present = maxrun.run(model, ids)
+    logits, present = maxrun.run_cached(model, ids, caches_of(n_layer=SMALL["n_layer"]))
     want, want_present = oracle.lm_logits(ids, weights, SMALL["n_head"])
     np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4)
     assert len(present) == SMALL["n_layer"]
@@ -93,10 +94,12 @@ def test_cached_forward_matches_oracle():
     model, weights = _small_lm(seed=2)
     ids = np.random.default_rng(3).integers(0, SMALL["vocab_size"], size=(1, 20)).astype(np.int64)
     _, past = oracle.lm_logits(ids[:, :17], weights, SMALL["n_head"])
-    logits, _ = maxrun.lazily(model, maxrun.tensor(ids[:, 17:]),
-                              [(maxrun.tensor(k), maxrun.tensor(v)) for k, v in past])
-    want, _ = oracle.lm_logits(ids, weights, SMALL["n_head"])
+    logits, present = maxrun.run_cached(model, ids[:, 17:], caches_of(past))
+    want, want_present = oracle.lm_logits(ids, weights, SMALL["n_head"])
     np.testing.assert_allclose(logits, want[:, 17:], rtol=1e-4, atol=1e-4)
+    for (k, v), (wk, wv) in zip(present, want_present):  # the caches now hold all 20 positions
+        np.testing.assert_allclose(k, wk, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(v, wv, rtol=1e-4, atol=1e-4)
 
 
 def test_generation_matches_oracle_greedy_and_seeded_sampling_repeats():
@@ -105,7 +108,7 @@ def test_generation_matches_oracle_greedy_and_seeded_sampling_repeats():
     model, weights = _small_lm(seed=4)
 
     def next_logits(ids):
-        logits, _ = maxrun.lazily(model, maxrun.tensor(np.array([ids])), None, maxrun.tensor(np.array([len(ids) - 1])))
+        logits = maxrun.lazily(model, maxrun.tensor(np.array([ids])), None, maxrun.tensor(np.array([len(ids) - 1])))
         return logits[0, -1]
 
     prompt = [7, 3, 99]

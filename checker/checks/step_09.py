@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from checker import maxrun, oracle
-from checker.harness import Check, CheckFailed, StepContext, compare
+from checker.harness import Check, StepContext, compare
 
 USES_MAX = True
 CONFIG = maxrun.SMALL_CONFIG
@@ -34,19 +34,19 @@ def _mistakes(x, w, past=None):
     }
 
 
+HINT_PASS_CACHE = ("pass the cache on to the attention: x + self.attn(self.ln_1(x), cache); if you do, run step "
+                   "07's checks: its forward adds the new keys and values to the cache")
+
+
 def check_forward(ctx: StepContext) -> None:
     learner, solution, weights = _modules(ctx)
     rng = np.random.default_rng(90)
     for batch, seq in maxrun.SHAPES:
         x = rng.standard_normal((batch, seq, E)).astype(np.float32)
-        got = maxrun.run(learner, x)
-        if not isinstance(got, tuple) or len(got) != 3:
-            raise CheckFailed("forward must return a tuple (x, keys, values)", "end with `return x, key, value`")
-        expected = maxrun.run(solution, x)
-        compare(got[0], expected[0], f"GPT2Block on x of shape {[batch, seq, E]}", USES,
-                lambda: _mistakes(x, weights))
-        compare(got[1], expected[1], "returned keys", "return the keys the attention gave back")
-        compare(got[2], expected[2], "returned values", "return the values the attention gave back")
+        what = f"GPT2Block on x of shape {[batch, seq, E]}"
+        got = maxrun.output_alone(maxrun.run(learner, x), what,
+                                  "end with `return pre_norm_residual(x, self.ln_2, self.mlp)`")
+        compare(got, maxrun.run(solution, x), what, USES, lambda: _mistakes(x, weights))
 
 
 EPS = maxrun.OTHER_EPS
@@ -59,23 +59,29 @@ def check_layer_norm_epsilon(ctx: StepContext) -> None:
                                                        config=dict(CONFIG, layer_norm_epsilon=EPS))
     x = np.random.default_rng(92).standard_normal((1, 7, E)).astype(np.float32)
     got, expected = maxrun.run(learner, x), maxrun.run(solution, x)
-    compare(got[0], expected[0], f"GPT2Block with layer_norm_epsilon = {EPS}", HINT_EPS,
+    compare(got, expected, f"GPT2Block with layer_norm_epsilon = {EPS}", HINT_EPS,
             lambda: {HINT_EPS: oracle.block(x, weights, H)[0]})
 
 
 def check_cache(ctx: StepContext) -> None:
+    # The block is handed step 07's ConcatCache (the solution's), holding the
+    # first 8 tokens' keys and values; it must reach the attention, which
+    # adds the 2 new ones to it.
+    from solutions.solution_07 import ConcatCache
+
     learner, solution, _ = _modules(ctx)
     x = np.random.default_rng(91).standard_normal((2, 10, E)).astype(np.float32)
-    full = maxrun.run(solution, x)
-    _, past_k, past_v = maxrun.run(solution, x[:, :-2])
-    got = maxrun.run(learner, x[:, -2:], past_k, past_v)
-    compare(got[0], full[0][:, -2:], "2 new tokens after 8 cached", "pass past_key and past_value on to self.attn")
+    full = maxrun.run_cached(solution, x, ConcatCache())
+    past = maxrun.run_cached(solution, x[:, :-2], ConcatCache())[1:]
+    got = maxrun.run_cached(learner, x[:, -2:], maxrun.cache_of(ConcatCache, past), empty=HINT_PASS_CACHE)
+    compare(got[1], full[1], "the keys the cache holds after 2 new tokens after 8 cached", HINT_PASS_CACHE)
+    compare(got[0], full[0][:, -2:], "2 new tokens after 8 cached", HINT_PASS_CACHE)
 
 
 CHECKS = [
     Check("children ln_1, attn, ln_2, mlp with Hugging Face's parameter names", check_parameters,
           "self.ln_1, self.attn, self.ln_2, self.mlp"),
     Check("matches the solution at batch 1-2, lengths 1, 7, 70", check_forward, USES),
-    Check("with a KV cache, new tokens match a full forward", check_cache, "pass the cache to the attention"),
+    Check("with a KV cache, new tokens match a full forward", check_cache, HINT_PASS_CACHE),
     Check(f"its norms take the config's layer_norm_epsilon ({EPS})", check_layer_norm_epsilon, HINT_EPS),
 ]

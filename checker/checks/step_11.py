@@ -30,12 +30,11 @@ def check_logits(ctx: StepContext) -> None:
     rng = np.random.default_rng(110)
     for batch, seq in maxrun.SHAPES:
         ids = rng.integers(0, CONFIG["vocab_size"], size=(batch, seq)).astype(np.int64)
-        got = call(learner, ids)
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise CheckFailed("forward must return (logits, cache)", "return self.lm_head(hidden), present")
-        expected = call(solution, ids)
-        hidden = maxrun.lazily(solution.transformer, maxrun.tensor(ids), what="transformer")[0]
-        compare(got[0], expected[0], f"logits for ids of shape {[batch, seq]}",
+        what = f"logits for ids of shape {[batch, seq]}"
+        got = maxrun.output_alone(maxrun.run(learner, ids), what, "end with `return self.lm_head(hidden)`")
+        expected = maxrun.run(solution, ids)
+        hidden = maxrun.run(solution.transformer, ids, what="transformer")
+        compare(got, expected, what,
                 "logits = self.lm_head(hidden) (this step runs your steps 01-10)",
                 lambda: {"score with self.lm_head, not wte directly: the loader ties their weights, but the head "
                          "is its own module (the app may build it quantized)":
@@ -45,7 +44,7 @@ def check_logits(ctx: StepContext) -> None:
 def check_positions(ctx: StepContext) -> None:
     learner, solution, _ = _modules(ctx)
     ids = np.random.default_rng(111).integers(0, CONFIG["vocab_size"], size=(2, 7)).astype(np.int64)
-    full = call(solution, ids)[0]
+    full = maxrun.run(solution, ids)
     for positions in ([6], [0, 3, 6]):
         what = f"forward(ids, None, positions={positions})"
         try:
@@ -56,18 +55,24 @@ def check_positions(ctx: StepContext) -> None:
                 raise
             raise CheckFailed(f"{what} on ids of shape [2, 7]: {str(exc).splitlines()[-1]}",
                               "gather along axis 1, the sequence: F.gather(hidden, positions, axis=1)") from None
-        compare(got[0], full[:, positions], f"forward(ids, positions={positions})",
+        compare(got, full[:, positions], f"forward(ids, positions={positions})",
                 "hidden = F.gather(hidden, positions, axis=1) before the head: shape [batch, len(positions), vocab]",
                 lambda: {"gather along axis 1 (the sequence), not axis 0 (the batch)": full[:, :len(positions)]})
+
+
+HINT_PASS_CACHES = ("pass caches on to the transformer: self.transformer(ids, caches); if you do, run step 10's "
+                    "checks")
 
 
 def check_cache(ctx: StepContext) -> None:
     learner, solution, _ = _modules(ctx)
     ids = np.random.default_rng(112).integers(0, CONFIG["vocab_size"], size=(1, 9)).astype(np.int64)
-    full = call(solution, ids)[0]
-    _, past = call(solution, ids[:, :-1])
-    got = call(learner, ids[:, -1:], past)
-    compare(got[0], full[:, -1:], "logits of 1 new token after 8 cached", "pass past on to self.transformer")
+    full = call(solution, ids)
+    past = call(solution, ids[:, :-1])[1]
+    got = call(learner, ids[:, -1:], past, empty=HINT_PASS_CACHES)
+    compare(got[1][0][0], full[1][0][0], "the keys block 0's cache holds after 1 new token after 8 cached",
+            HINT_PASS_CACHES)
+    compare(got[0], full[0][:, -1:], "logits of 1 new token after 8 cached", HINT_PASS_CACHES)
 
 
 CHECKS = [
@@ -75,6 +80,5 @@ CHECKS = [
           "self.lm_head = linear(config.n_embd, config.vocab_size, bias=False)"),
     Check("logits match the solution at batch 1-2, lengths 1, 7, 70", check_logits, "logits = self.lm_head(hidden)"),
     Check("positions scores just those positions", check_positions, "F.gather(hidden, positions, axis=1)"),
-    Check("with a KV cache, the new token's logits match a full forward", check_cache,
-          "pass past on to self.transformer"),
+    Check("with a KV cache, the new token's logits match a full forward", check_cache, HINT_PASS_CACHES),
 ]

@@ -133,7 +133,7 @@ def check_gpt2(ctx: StepContext) -> None:
 
     def next_logits(ids: list[int]) -> np.ndarray:
         last = maxrun.tensor(np.array([len(ids) - 1], dtype=np.int64))
-        logits, _ = maxrun.lazily(model, maxrun.tensor(np.array([ids], dtype=np.int64)), None, last)
+        logits = maxrun.lazily(model, maxrun.tensor(np.array([ids], dtype=np.int64)), None, last)
         return logits[0, -1]
 
     prompt = [5, 17, 42]

@@ -49,20 +49,33 @@ def check_parameters(ctx: StepContext) -> None:
                                  "subclass step 07's GPT2MultiHeadAttention: same c_attn and c_proj")
 
 
+HINT_PAIR = "end with `return out, self.kept.weights` when return_weights is set"
+
+
+def _with_weights(result, what: str) -> tuple:
+    """forward's result with return_weights=True, which must be (output, weights)."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        got = f"a tuple of {len(result)}" if isinstance(result, tuple) else "one tensor"
+        raise CheckFailed(f"{what} returned {got}; with return_weights=True, forward returns (output, weights)",
+                          HINT_PAIR)
+    return result
+
+
 def check_default_is_step_07(ctx: StepContext) -> None:
-    from solutions.solution_07 import GPT2MultiHeadAttention
+    from solutions.solution_07 import ConcatCache, GPT2MultiHeadAttention
 
     learner, _, weights = _modules(ctx)
     step07 = maxrun.build(GPT2MultiHeadAttention, ctx.solution.GPT2Config(**CONFIG), weights=weights)
     rng = np.random.default_rng(150)
     for batch, seq in maxrun.SHAPES:
         x = rng.standard_normal((batch, seq, E)).astype(np.float32)
-        got = maxrun.run(learner, x)
-        if not isinstance(got, tuple) or len(got) != 3:
-            raise CheckFailed("without return_weights, forward must return (output, keys, values) as in step 07",
-                              "return the weights only when return_weights=True")
-        expected = maxrun.run(step07, x)
-        for name, g, e in zip(("output", "keys", "values"), got, expected):
+        got = maxrun.run_cached(learner, x, ConcatCache(), empty="call step 07's forward: super().forward(x, cache)")
+        if isinstance(got[0], tuple):
+            raise CheckFailed(f"forward(x, cache) without return_weights returned a tuple of {len(got[0])}; "
+                              "expected the output alone, as step 07's forward returns it",
+                              "return the weights only when return_weights=True: `return out` otherwise")
+        expected = maxrun.run_cached(step07, x, ConcatCache())
+        for name, g, e in zip(("output", "keys the cache holds", "values the cache holds"), got, expected):
             compare(g, e, f"{name} on x {[batch, seq, E]} (return_weights=False)", "keep step 07's forward unchanged")
 
 
@@ -71,11 +84,7 @@ def check_weights(ctx: StepContext) -> None:
     rng = np.random.default_rng(151)
     for batch, seq in ((1, 1), (2, 7), (2, 33)):
         x = rng.standard_normal((batch, seq, E)).astype(np.float32)
-        got = maxrun.run(learner, x, return_weights=True)
-        if not isinstance(got, tuple) or len(got) != 4:
-            raise CheckFailed("with return_weights=True, forward must return (output, keys, values, weights)",
-                              "end with `return out, k, v, weights` when return_weights is set")
-        probs = got[3]
+        out, probs = _with_weights(maxrun.run(learner, x, return_weights=True), "forward(x, return_weights=True)")
         if list(probs.shape) != [batch, H, seq, seq]:
             raise CheckFailed(f"weights have shape {list(probs.shape)}, expected {[batch, H, seq, seq]}",
                               "return the softmax output itself: [batch, n_head, seq, past + seq]")
@@ -84,14 +93,14 @@ def check_weights(ctx: StepContext) -> None:
             raise CheckFailed(f"{what} range over {probs.min():.3g}..{probs.max():.3g}, not probabilities in [0, 1]",
                               HINT_SCORES)
         compare(probs, _probs(x, w), what, "softmax(q k^T / sqrt(head_dim) + mask, axis=-1)", lambda: _mistakes(x, w))
-        compare(got[0], maxrun.run(solution, x)[0], f"output on x {[batch, seq, E]} (return_weights=True)",
+        compare(out, maxrun.run(solution, x), f"output on x {[batch, seq, E]} (return_weights=True)",
                 "the output is weights @ v, merged and projected, as without return_weights")
 
 
 def check_rows_and_future(ctx: StepContext) -> None:
     learner, _, _ = _modules(ctx)
     x = np.random.default_rng(152).standard_normal((2, 9, E)).astype(np.float32)
-    probs = maxrun.run(learner, x, return_weights=True)[3]
+    probs = _with_weights(maxrun.run(learner, x, return_weights=True), "forward(x, return_weights=True)")[1]
     sums = probs.sum(-1)
     if not np.allclose(sums, 1, atol=1e-5):
         raise CheckFailed(f"rows of the weights sum to {sums.min():.4f}..{sums.max():.4f}, not 1",
@@ -103,19 +112,22 @@ def check_rows_and_future(ctx: StepContext) -> None:
 
 
 def check_cache(ctx: StepContext) -> None:
+    from solutions.solution_07 import ConcatCache
+
     learner, solution, w = _modules(ctx)
     x = np.random.default_rng(153).standard_normal((2, 10, E)).astype(np.float32)
-    _, past_k, past_v = maxrun.run(solution, x[:, :7])
-    got = maxrun.run(learner, x[:, 7:], past_k, past_v, return_weights=True)
-    full = _probs(x, w)[:, :, 7:]
-    compare(got[3], full, "weights of 3 new tokens after 7 cached ([2, n_head, 3, 10])",
+    past = maxrun.run_cached(solution, x[:, :7], ConcatCache())[1:]
+    got = maxrun.run_cached(learner, x[:, 7:], maxrun.cache_of(ConcatCache, past), return_weights=True,
+                            empty="pass the cache on: super().forward(x, cache)")
+    probs = _with_weights(got[0], "forward(x, cache, return_weights=True)")[1]
+    compare(probs, _probs(x, w)[:, :, 7:], "weights of 3 new tokens after 7 cached ([2, n_head, 3, 10])",
             "with a cache the weights cover the cached keys too: [batch, n_head, seq, past + seq]",
-            lambda: _mistakes(x[:, 7:], w, past_k))
+            lambda: _mistakes(x[:, 7:], w, past[0]))
 
 
 CHECKS = [
     Check("parameters as step 07 (c_attn, c_proj)", check_parameters, "subclass GPT2MultiHeadAttention"),
-    Check("without return_weights: exactly step 07's (output, keys, values)", check_default_is_step_07,
+    Check("without return_weights: exactly step 07's output and cache", check_default_is_step_07,
           "return the weights only when asked"),
     Check("with return_weights: the probabilities [batch, n_head, seq, seq]", check_weights,
           "softmax(q k^T / sqrt(head_dim) + mask)"),
