@@ -23,7 +23,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # checker/ draws the steps' pictures
+sys.path.insert(0, str(ROOT / "docs"))  # typeset.py, also when mkdocs loads this file as its hook
 BOOK = ROOT / "build" / "book"
+
+import typeset  # noqa: E402  (docs/, beside this file)
 
 from checker import registry  # noqa: E402  (the path above first)
 
@@ -51,14 +54,20 @@ def step_page(step: str) -> str:
     lines = ast.get_docstring(ast.parse(source)).splitlines()
     title, body = lines[0].rstrip("."), lines[1:]
     out = [f"# {code(title)}", ""]
-    fence = False
+    fence = math = False
     for i, line in enumerate(body):
         nxt = body[i + 1] if i + 1 < len(body) else ""
         if line and not line.startswith(" ") and nxt.startswith("    "):
             out += (["```", ""] if fence else []) + [f"## {line}", ""]
-            fence = False
+            fence, math = False, line.startswith("The math")
             continue
         text = line[4:] if line.startswith("    ") else line
+        caption = (nxt.startswith(" " * (len(line) - len(line.lstrip()) + 4))  # a diagram's header, as step 02's
+                   and not typeset.is_formula_line(nxt))
+        if math and typeset.is_formula_line(text) and not caption:  # the formulas, typeset (docs/typeset.py)
+            out += (["```", ""] if fence else []) + [typeset.typeset(code(text)), ""]
+            fence = False
+            continue
         table = text.startswith("|")  # a Markdown table: its cells are padded, and it stays a table
         deeper = not table and (text.startswith("    ") or bool(re.search(r"\S  +\S|-->", text)))  # a diagram, math
         if deeper and not fence:

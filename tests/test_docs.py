@@ -86,6 +86,50 @@ def test_book_builds_strict_with_a_page_per_step(tmp_path):
     # A docstring's table is a table on its page (it once became two code blocks and a stray row).
     table = re.search(r"<table>.*?</table>", (site / "steps" / "step-01" / "index.html").read_text(), re.S)
     assert table and "gpt2-medium" in table[0] and table[0].count("<tr>") == 5
+    # The math is typeset: MathML on the page, the formula no longer a code block.
+    attention = (site / "steps" / "step-07" / "index.html").read_text()
+    assert "<msqrt>" in attention and "<math" in attention and "Q K^T / sqrt(d)" not in attention
+
+
+def test_every_formula_of_the_math_sections_is_typeset():
+    import typeset
+
+    for step in book.STEPS:
+        for section in re.split(r"^## ", book.step_page(step), flags=re.M):
+            if not section.startswith("The math"):
+                continue
+            for block in re.findall(r"```text\n(.*?)```", section, re.S):
+                lines = block.splitlines()
+                left = [line for line in lines[1 if step == "02" else 0:] if typeset.is_formula_line(line)]
+                assert not left, f"step {step}: {left} left as code"  # (step 02's diagram keeps its header)
+            assert "<math" in section or step == "01", f"step {step}: nothing typeset in {section[:40]!r}"  # prose
+
+
+@pytest.mark.parametrize("formula, latex", [
+    ("scores = Q K^T / sqrt(d)", r"\mathrm{scores} = Q K ^{\top} / \sqrt{d}"),
+    ("y = (x - mean) / sqrt(var + eps) * weight + bias",
+     r"y = ( x - \mathrm{mean} ) / \sqrt{\mathrm{var} + \mathrm{eps}} \cdot \mathrm{weight} + \mathrm{bias}"),
+    ("inv_freq[i] = theta ** (-2i / d)", r"\mathrm{inv\_freq} [ i ] = \theta ^{- 2 i / d}"),
+    ("next ~ p", r"\mathrm{next} \sim p"),
+    ("head_i = softmax(Q_i K_i^T / sqrt(d_h)) V_i",
+     r"\mathrm{head}_{i} = \operatorname{softmax} ( Q_{i} K_{i} ^{\top} / \sqrt{d_{h}} ) V_{i}"),
+    ("out = weights V", r"\mathrm{out} = \mathrm{weights} \, V"),
+])
+def test_a_docstring_formula_as_latex(formula, latex):
+    import typeset
+
+    assert typeset.latex(formula) == latex
+    assert typeset.mathml(formula).startswith("<math")
+
+
+def test_prose_and_labels_stay_text():
+    import typeset
+
+    assert not typeset.is_formula_line("eps = 1e-5 keeps the division finite when a vector is constant.")
+    assert typeset.parts("greedy (temperature == 0):  next = argmax(logits)") == [
+        "greedy (temperature == 0):", "next = argmax(logits)"]
+    assert [typeset.is_formula(p) for p in typeset.parts("inv_freq[i] = theta ** (-2i / d)      for i < d/2")] == [
+        True, False]
 
 
 def test_the_books_pictures_are_what_show_draws():
