@@ -131,6 +131,7 @@ def write_pages(book: Path = BOOK) -> None:
     for step in STEPS:
         (book / "steps" / f"step-{step}.md").write_text(step_page(step))
     draw_pictures(book / "steps")
+    (book / "typeset.css").write_text(typeset.CSS)
     readme = (ROOT / "README.md").read_text()
     (book / "index.md").write_text(
         relinked(readme, [(r"\]\(docs/", "]("), (r"\]\(weights/demo/MODEL_CARD\.md", "](model-card.md")])

@@ -24,6 +24,9 @@ FUNCTIONS = {"sqrt", "softmax", "tanh", "exp", "argmax", "sum", "concat", "norm"
 GREEK = {"pi": r"\pi", "theta": r"\theta"}
 SYMBOLS = {"<=>": r"\iff", "<=": r"\le", ">=": r"\ge", "==": "=", "**": "^", "*": r"\cdot ", "~": r"\sim ",
            "..": r"\ldots ", "@": r"\,@\,", ";": r";\quad ", "{": r"\{", "}": r"\}", "%": r"\%", "&": r"\&"}
+# The book's stylesheet for them (mkdocs.yml's extra_css): MathML at the size of the text
+# around it (browsers draw it a little smaller), a formula line a little apart from the next.
+CSS = "p.math-line { margin: 0.4em 0; }\np.math-line math { font-size: 1.2em; }\n"
 TOKEN = re.compile(r"\s*(<=>|<=|>=|==|\*\*|\.\.|\d+(?:\.\d+)?(?:e-?\d+)?|[A-Za-z_][A-Za-z_0-9]*|\S)")
 
 
