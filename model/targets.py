@@ -34,6 +34,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,10 +48,6 @@ class Target:
     means: str  # the hardware, in words
     gpu: str = ""  # an NVIDIA architecture (sm_90a), for a GPU target
     cpu: str = ""  # MAX's virtual CPU target, for a CPU target
-
-    @property
-    def dtypes(self) -> tuple[str, ...]:
-        return GPU_DTYPES if self.gpu else CPU_DTYPES
 
 
 GPU_DTYPES = ("float32", "bfloat16")
@@ -104,28 +101,57 @@ def first_error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {named}"[:300]
 
 
-def compile_one(name: str, dtypes: list[str], model: str) -> int:
-    """In this process (a fresh one): set the virtual target, then build each
-    precision. One JSON line per precision on stdout."""
+def enter_virtual_mode(target: Target) -> None:
+    """Make this process compile for ``target`` (before any device exists).
+    Virtual-device mode, for a CPU target too: MAX then returns a compile-only
+    model rather than initialising one (which would run the target's code here)."""
     from max import driver
 
-    target = TARGETS[name]
-    # Virtual-device mode, for a CPU target too: MAX then returns a compile-only
-    # model rather than initialising one (which would run the target's code here).
     driver.set_virtual_device_api("cuda")
     driver.set_virtual_device_target_arch(target.gpu or "sm_90a")
     driver.set_virtual_device_count(1)
     if target.cpu:
         driver.set_virtual_cpu_target(target.cpu)
+
+
+def build_app_graph(folder: Path, target: Target, dtype: str) -> str:
+    """The app's graph for ``target``, compiled by the app's own build; what to say beside it."""
     from model.gpt2 import load_gpt2
 
+    gpt2 = load_gpt2(folder, device="gpu" if target.gpu else "cpu", dtype=dtype, with_tokenizer=False)
+    return f"{gpt2.quantized_layers} quantized layers" if gpt2.quantized_layers else ""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One graph the targets check compiles: the program whose child process
+    compiles it (``python -m PROGRAM --one TARGET``), the graph in words, the
+    precisions it has on a GPU and on a CPU, its build and what CI compiles."""
+
+    program: str
+    graph: str
+    gpu_dtypes: tuple[str, ...]
+    cpu_dtypes: tuple[str, ...]
+    build: Callable[[Path, Target, str], str]
+    ci_plan: Callable[[], dict[str, tuple[str, ...]]]
+
+    def dtypes(self, target: Target) -> tuple[str, ...]:
+        return self.gpu_dtypes if target.gpu else self.cpu_dtypes
+
+
+APP = Check("model.targets", "the app's graph", GPU_DTYPES, CPU_DTYPES, build_app_graph, ci_plan)
+
+
+def compile_one(check: Check, name: str, dtypes: list[str], model: str) -> int:
+    """In this process (a fresh one): set the virtual target, then build each
+    precision. One JSON line per precision on stdout."""
+    target = TARGETS[name]
+    enter_virtual_mode(target)
     folder = checkpoint(model)
     for dtype in dtypes:
         start = time.perf_counter()
         try:
-            gpt2 = load_gpt2(folder, device="gpu" if target.gpu else "cpu", dtype=dtype, with_tokenizer=False)
-            row = {"compiled": True,
-                   "detail": f"{gpt2.quantized_layers} quantized layers" if gpt2.quantized_layers else ""}
+            row = {"compiled": True, "detail": check.build(folder, target, dtype)}
         except Exception as exc:  # the compiler's refusal is the result
             row = {"compiled": False, "detail": first_error_line(exc)}
         row.update(target=name, dtype=dtype, model=model, seconds=round(time.perf_counter() - start, 1))
@@ -145,11 +171,12 @@ def environment() -> dict[str, str]:
     return env
 
 
-def compile_target(name: str, dtypes: tuple[str, ...], model: str, timeout: float) -> list[dict]:
-    """One target's process; its rows printed as they come. A process that
-    ends early (a crash, a signal, the timeout) fails the rows it did not
-    report, naming why."""
-    command = [sys.executable, "-m", "model.targets", "--one", name, "--model", model, "--dtypes", *dtypes]
+def compile_target(name: str, dtypes: tuple[str, ...], model: str, timeout: float,
+                   program: str = APP.program) -> list[dict]:
+    """One target's process (``python -m PROGRAM --one``); its rows printed as
+    they come. A process that ends early (a crash, a signal, the timeout)
+    fails the rows it did not report, naming why."""
+    command = [sys.executable, "-m", program, "--one", name, "--model", model, "--dtypes", *dtypes]
     rows, why = [], None
     with tempfile.TemporaryFile("w+") as errors:
         child = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=errors,
@@ -186,34 +213,35 @@ def show(row: dict) -> None:
     print(f"{row['target']:<16}{row['dtype']:<11}{result}", flush=True)
 
 
-def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float) -> list[dict]:
+def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float, program: str = APP.program) -> list[dict]:
     """Each target in a process of its own."""
     print(f"model: {model}\n{'target':<16}{'precision':<11}result", flush=True)
-    return [row for name, dtypes in plan.items() for row in compile_target(name, dtypes, model, timeout)]
+    return [row for name, dtypes in plan.items() for row in compile_target(name, dtypes, model, timeout, program)]
 
 
 USAGE = """\
 examples:
-  python -m model.targets                  every target, every precision, the demo's shapes
-  python -m model.targets --ci             what CI compiles on every run
-  python -m model.targets sm_80 aarch64 --model gpt2 --dtypes float32
+  python -m {program}                  every target, every precision, the demo's shapes
+  python -m {program} --ci             what CI compiles on every run
+  python -m {program} sm_80 aarch64 --model gpt2 --dtypes float32
 """
 
 
-def main(argv: list[str] | None = None) -> int:
-    plan_ci = ", ".join(f"{n} ({' '.join(d)})" for n, d in ci_plan().items())
+def main(argv: list[str] | None = None, check: Check = APP) -> int:
+    plan_ci = ", ".join(f"{n} ({' '.join(d)})" for n, d in check.ci_plan().items())
     p = argparse.ArgumentParser(
-        prog="python -m model.targets", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=textwrap.fill(width=88, text="Compile the app's graph, without running it, for hardware that is "
+        prog=f"python -m {check.program}", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(width=88, text=f"Compile {check.graph}, without running it, for hardware that is "
                     "not here (MAX's virtual targets): NVIDIA GPUs, x86-64 CPUs with and without AVX-512, Arm. "
                     "One line per target and precision: the time it took, or the compiler's first error line. "
                     "It catches what the compiler sees (a missing kernel or dtype, PTX or Arm code generation, "
                     "this project's kernels), not wrong numbers. Nothing is saved for later runs. docs/platforms.md."),
-        epilog=USAGE + "\ntargets:\n" + "\n".join(f"  {n:<16}{t.means}" for n, t in TARGETS.items()))
+        epilog=USAGE.format(program=check.program) + "\ntargets:\n"
+        + "\n".join(f"  {n:<16}{t.means}" for n, t in TARGETS.items()))
     p.add_argument("targets", nargs="*", metavar="TARGET", help="targets to compile (default: all; listed below)")
     p.add_argument("--dtypes", nargs="+", choices=[d for d in DTYPES if d != "auto"], metavar="DTYPE",
-                   help="precisions: " + ", ".join(d for d in DTYPES if d != "auto") + " (default: float32 and "
-                        "bfloat16 on GPUs; float32 and every quantized precision on CPUs)")
+                   help="precisions: " + ", ".join(d for d in DTYPES if d != "auto") + " (default: "
+                        f"{' and '.join(check.gpu_dtypes)} on GPUs; {', '.join(check.cpu_dtypes)} on CPUs)")
     p.add_argument("--model", default="demo", help="demo (default), gpt2 (GPT-2 124M's shapes, a random checkpoint "
                                                    "written once), gpt2-medium/-large/-xl, or a checkpoint folder")
     p.add_argument("--ci", action="store_true", help=f"what CI compiles on this machine: {plan_ci}")
@@ -223,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--one", metavar="TARGET", help=argparse.SUPPRESS)  # the child: one target, JSON lines
     args = p.parse_args(argv)
     if args.one:
-        return compile_one(args.one, args.dtypes or list(TARGETS[args.one].dtypes), args.model)
+        return compile_one(check, args.one, args.dtypes or list(check.dtypes(TARGETS[args.one])), args.model)
     unknown = [n for n in args.targets if n not in TARGETS]
     if unknown:
         p.error(f"unknown target {', '.join(unknown)}; targets: {', '.join(TARGETS)}")
@@ -234,9 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(model).is_dir():
             p.error(f"--model {model}: no such folder (demo, {', '.join(SIZES)} or a folder)")
         model = str(Path(model).resolve())  # the children run from the repository root
-    plan = ci_plan() if args.ci else {n: tuple(args.dtypes) if args.dtypes else TARGETS[n].dtypes
-                                      for n in args.targets or TARGETS}
-    rows = run(plan, model, args.timeout)
+    plan = check.ci_plan() if args.ci else {n: tuple(args.dtypes) if args.dtypes else check.dtypes(TARGETS[n])
+                                            for n in args.targets or TARGETS}
+    rows = run(plan, model, args.timeout, check.program)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     failed = [r for r in rows if not r["compiled"]]

@@ -49,6 +49,24 @@ def test_a_target_past_its_time_fails_its_rows_and_says_so(tmp_path):
     assert all("stopped after 0.5 s" in r["detail"] for r in rows)
 
 
+def test_the_server_s_ci_targets_compile(tmp_path):
+    """The server's graph (serve/targets.py: the course's model with the
+    engine's paged KV cache) for an H100/H200 in bfloat16, on any machine."""
+    out = tmp_path / "served.json"
+    done = run_python("-m", "serve.targets", "--ci", "--json", str(out), timeout=3600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [(r["target"], r["dtype"], r["compiled"]) for r in rows] == [("sm_90a", "bfloat16", True)]
+
+
+def test_the_server_refuses_a_precision_it_does_not_serve(tmp_path):
+    out = tmp_path / "served.json"
+    done = run_python("-m", "serve.targets", "x86-64-v3", "--dtypes", "q4_0", "--json", str(out), timeout=600)
+    assert done.returncode == 1
+    [row] = json.loads(out.read_text())
+    assert not row["compiled"] and "the server runs bfloat16 and float32, not q4_0" in row["detail"]
+
+
 def test_every_target_is_described_in_the_help():
     help_text = run_python("-m", "model.targets", "--help", timeout=120).stdout
     assert all(name in help_text and t.means in help_text for name, t in targets.TARGETS.items())
