@@ -52,7 +52,8 @@ def graph_name(options, config) -> str:
              "placement": [options.placement.kind, options.placement.dtype], "options": options.graph_facts()}
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
     for path in sources(options.impl):
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else Path(path.parent.name, path.name)
+        digest.update(where.as_posix().encode() + b"\0" + path.read_bytes())
     return "gpt2_" + digest.hexdigest()[:20]
 
 
@@ -62,8 +63,13 @@ NOT_BUILD = ("doctor.py", "targets.py")
 
 def sources(impl: str) -> list[Path]:
     """The files a built graph can depend on: the model's Python, its Mojo
-    kernels (model/kernels) and the course's blocks."""
-    course = ROOT / ("solutions" if impl == "solutions" else "steps")
+    kernels (model/kernels) and the course's blocks: the solutions, or the
+    learner's steps wherever Python imports them from (a folder outside the
+    repository first on PYTHONPATH: its files, not the repository's
+    skeletons, name the graph)."""
+    from model.course import steps_folder
+
+    course = ROOT / "solutions" if impl == "solutions" else steps_folder()
     model = [p for p in (ROOT / "model").rglob("*.py") if p.relative_to(ROOT / "model").as_posix() not in NOT_BUILD]
     return sorted([*model, *(ROOT / "model").rglob("*.mojo"), *course.glob("*.py")])
 

@@ -82,6 +82,22 @@ def test_the_name_follows_everything_that_shapes_the_graph(tmp_path, monkeypatch
     assert saved_graphs.graph_name(cpu, config) != before
 
 
+def test_the_learner_s_own_steps_name_the_graph(tmp_path, monkeypatch):
+    """With ``impl="steps"`` the graph is named by the step files Python
+    imports (a learner's folder first on the path), not by the repository's
+    skeletons: a change there must not find a graph saved before it."""
+    import model.course
+
+    config, steps = GPT2Config(n_layer=2), BuildOptions(device="cpu", dtype="float32", impl="steps")
+    folder = tmp_path / "steps"
+    folder.mkdir()
+    (folder / "step_07.py").write_text("a = 1\n")
+    monkeypatch.setattr(model.course, "steps_folder", lambda: folder)
+    before = saved_graphs.graph_name(steps, config)
+    (folder / "step_07.py").write_text("a = 2\n")
+    assert saved_graphs.graph_name(steps, config) != before
+
+
 def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, monkeypatch):
     import os
     import shutil
