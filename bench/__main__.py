@@ -101,12 +101,13 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
 
 
 def measure_ours_in_child(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,
-                          linear: str = "custom") -> dict:
+                          linear: str = "custom", tree: Path = HERE.parent) -> dict:
     """``measure_ours`` in a fresh process: start-to-first-token and peak
-    memory are per process, so each precision gets its own."""
+    memory are per process, so each precision gets its own. ``tree``: the
+    checkout whose code runs (bench/ab.py measures another one too)."""
     args = ["--worker", dtype, "--model", str(folder), "--device", device, "--reps", str(reps),
             "--new-tokens", str(new_tokens), "--linear", linear]
-    done = subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, cwd=HERE.parent,
+    done = subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, cwd=tree,
                           env=dict(os.environ))
     if done.returncode != 0:
         raise RuntimeError(f"{dtype}: " + (done.stderr.strip().splitlines() or ["failed"])[-1])

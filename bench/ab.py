@@ -16,9 +16,7 @@ graphs' folder (each tree's graphs are named by its own sources).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,12 +30,13 @@ FIGURES = [  # (label, key, sub-key, higher is better)
 
 
 def worker(tree: Path, folder: Path, dtype: str, reps: int, new_tokens: int) -> dict:
-    done = subprocess.run([sys.executable, "-m", "bench", "--worker", dtype, "--model", str(folder), "--device", "cpu",
-                           "--reps", str(reps), "--new-tokens", str(new_tokens)],
-                          cwd=tree, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"{tree} {dtype}: " + (done.stderr.strip().splitlines() or ["failed"])[-1])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """The bench's own measurement of one precision, run in ``tree``."""
+    from bench.__main__ import measure_ours_in_child
+
+    try:
+        return measure_ours_in_child(folder, dtype, "cpu", reps, new_tokens, tree=tree)
+    except RuntimeError as exc:
+        raise SystemExit(f"{tree} {exc}") from None
 
 
 def speed(result: dict, key: str, sub: str, higher: bool) -> float:

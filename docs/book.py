@@ -62,9 +62,9 @@ def step_page(step: str) -> str:
             fence, math = False, line.startswith("The math")
             continue
         text = line[4:] if line.startswith("    ") else line
-        caption = (nxt.startswith(" " * (len(line) - len(line.lstrip()) + 4))  # a diagram's header, as step 02's
-                   and not typeset.is_formula_line(nxt))
-        if math and typeset.is_formula_line(text) and not caption:  # the formulas, typeset (docs/typeset.py)
+        # The section's formulas, typeset (docs/typeset.py); not a diagram's header, as step 02's.
+        caption = nxt.startswith(" " * (len(line) - len(line.lstrip()) + 4)) and not typeset.is_formula_line(nxt)
+        if math and typeset.is_formula_line(text) and not caption:
             out += (["```", ""] if fence else []) + [typeset.typeset(code(text)), ""]
             fence = False
             continue

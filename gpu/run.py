@@ -25,6 +25,7 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
     dtypes = ["float32", "bfloat16"] if device == "gpu" else ["float32"]
     generate = [[python, "-m", "model", "--model", "demo", "--device", device, "--dtype", dtype,
                  "--temperature", "0", "--max-new-tokens", "12", PROMPT] for dtype in dtypes]
+    accuracy = [python, "-m", "bench.accuracy", "--device", device, "--checkpoints", "demo", "--hf-python", python]
     return {
         # Is MAX there, does it see the card, and does the app run on it?
         "check": [*([["nvidia-smi"]] if shutil.which("nvidia-smi") else []),
@@ -38,10 +39,8 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         # bfloat16 and float32 logits and greedy text against Hugging Face at the same precision on the same card:
         # first each graph compiled in this process (bfloat16 before any float32 graph ran), then each loaded
         # from the graphs the first run saved, float32 first (a bfloat16 graph so loaded once disagreed with HF).
-        "accuracy": [[python, "-m", "bench.accuracy", "--device", device, "--checkpoints", "demo",
-                      "--dtypes", *reversed(dtypes), "--hf-python", python, "--json", str(logs / "accuracy.json")],
-                     *([[python, "-m", "bench.accuracy", "--device", device, "--checkpoints", "demo",
-                         "--dtypes", *dtypes, "--hf-python", python]] if len(dtypes) > 1 else [])],
+        "accuracy": [[*accuracy, "--dtypes", *reversed(dtypes), "--json", str(logs / "accuracy.json")],
+                     *([[*accuracy, "--dtypes", *dtypes]] if len(dtypes) > 1 else [])],
         "bench": [[python, "-m", "bench", "--device", device, "--dtypes", *dtypes, "--hf-python", python,
                    "--json", str(logs / "bench-gpt2.json")]],
         "bench-xl": [[python, "-m", "bench", "--size", "gpt2-xl", "--device", device, "--dtypes", *dtypes,

@@ -115,7 +115,6 @@ def as_bfloat16(weights: dict) -> dict:
     each weight is cast by an eager program compiled per weight shape on the
     host: 86 s cold for 124M's shapes on 2 cores. A tied array is converted
     once."""
-    import numpy as np
     from max.driver import Buffer
     from max.dtype import DType
 
@@ -125,13 +124,21 @@ def as_bfloat16(weights: dict) -> dict:
         if a.dtype.name != "float32":
             return a
         if id(a) not in done:
-            bits = np.ascontiguousarray(a).view(np.uint32)
-            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-            rounded[np.isnan(a)] = 0x7FC0  # rounding could carry a NaN's payload into infinity
-            done[id(a)] = Buffer.from_numpy(rounded).view(DType.bfloat16, a.shape)
+            done[id(a)] = Buffer.from_numpy(bfloat16_bits(a)).view(DType.bfloat16, a.shape)
         return done[id(a)]
 
     return {name: convert(a) for name, a in weights.items()}
+
+
+def bfloat16_bits(a):
+    """A float32 array's values rounded to bfloat16 (to nearest, ties to even,
+    as MAX's cast), as their 16-bit patterns (uint16)."""
+    import numpy as np
+
+    bits = np.ascontiguousarray(a).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    rounded[np.isnan(a)] = 0x7FC0  # rounding could carry a NaN's payload into infinity
+    return rounded
 
 
 def weight_bytes(weights: dict, placement) -> int:

@@ -68,11 +68,11 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
                             **_) -> KVCacheParams:
         """The engine's hook (its memory planner calls it before any model exists)."""
         gpt2 = read_config(resolve_model(str(pipeline_config.model.model_path)))
-        return cls._kv_params(gpt2, pipeline_config, devices, kv_cache_config, cache_dtype)
+        return cls._kv_params(gpt2, devices, kv_cache_config, cache_dtype, pipeline_config.model.data_parallel_degree)
 
     @staticmethod
-    def _kv_params(gpt2, pipeline_config: PipelineConfig, devices: list[DeviceRef],
-                   kv_cache_config: KVCacheConfig, cache_dtype: DType) -> KVCacheParams:
+    def _kv_params(gpt2, devices: list[DeviceRef], kv_cache_config: KVCacheConfig, cache_dtype: DType,
+                   data_parallel_degree: int = 1) -> KVCacheParams:
         # GPT-2 has one key/value head per query head (no grouped-query
         # attention), so transformers' GPT2Config has no num_key_value_heads;
         # the sizes come from step 01's config, as everywhere in the project.
@@ -82,7 +82,7 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
             head_dim=gpt2.head_dim,
             num_layers=gpt2.n_layer,
             devices=devices,
-            data_parallel_degree=pipeline_config.model.data_parallel_degree,
+            data_parallel_degree=data_parallel_degree,
         )
 
     @classmethod
@@ -93,16 +93,25 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
         devices = [DeviceRef(spec.device_type, spec.id) for spec in model_config.device_specs]
         # The engine's device and encoding are what runs, whatever the launcher said.
         options = replace(served_options(), device="cpu" if devices[0].is_cpu() else "gpu", dtype=str(encoding))
-        folder = resolve_model(str(model_config.model_path))
+        return cls.build(resolve_model(str(model_config.model_path)), options, encoding, devices,
+                         model_config.kv_cache, max_seq_len, pipeline_config.model.data_parallel_degree)
+
+    @classmethod
+    def build(cls, folder: Path, options: BuildOptions, encoding: SupportedEncoding, devices: list[DeviceRef],
+              kv_cache_config: KVCacheConfig, max_seq_len: int | None = None, data_parallel_degree: int = 1) -> Self:
+        """The config for the checkpoint in ``folder`` at ``encoding`` on
+        ``devices``, its paged cache sized by ``kv_cache_config``: what the
+        engine builds (``initialize``), and what serve/targets.py compiles
+        without an engine. ``max_seq_len``: the checkpoint's window by default."""
         gpt2 = read_config(folder, config_class(options.impl))
-        cache_dtype = cache_dtype_for_encoding(encoding, model_config.kv_cache.kv_cache_format)
+        cache_dtype = cache_dtype_for_encoding(encoding, kv_cache_config.kv_cache_format)
         return cls(
             gpt2=gpt2,
             options=options,
             folder=folder,
             dtype=supported_encoding_dtype(encoding),
-            max_seq_len=max_seq_len,
-            kv_params=cls._kv_params(gpt2, pipeline_config, devices, model_config.kv_cache, cache_dtype),
+            max_seq_len=max_seq_len or gpt2.n_positions,
+            kv_params=cls._kv_params(gpt2, devices, kv_cache_config, cache_dtype, data_parallel_degree),
             devices=devices,
         )
 

@@ -25,34 +25,26 @@ from model.targets import GPU_DTYPES, Check, Target, main
 def build_served_graph(folder: Path, target: Target, dtype: str) -> str:
     """The server's graph for ``target`` at ``dtype``, compiled and never run."""
     from max.driver import CPU, Accelerator
-    from max.dtype import DType
     from max.experimental import functional as F
     from max.experimental.tensor import default_device, default_dtype
     from max.graph import DeviceRef
     from max.pipelines.lib import KVCacheConfig
     from max.pipelines.lib.interfaces.batch_processor import modulev3_ragged_kv_symbolic_inputs
 
-    from model.course import config_class
     from model.options import BuildOptions
     from serve.model import GPT2EngineModule
     from serve.model_config import GPT2ServeConfig
     from serve.weight_adapters import gpt2_state
-    from weights import read_config
 
     if dtype not in GPT2ServeConfig.SUPPORTED_ENCODINGS:
         raise ValueError(f"the server runs {' and '.join(sorted(GPT2ServeConfig.SUPPORTED_ENCODINGS))}, not {dtype}")
-    gpt2 = read_config(folder, config_class("solutions"))
-    max_dtype = DType.bfloat16 if dtype == "bfloat16" else DType.float32
     devices = [DeviceRef.GPU() if target.gpu else DeviceRef.CPU()]
-    kv_params = KVCacheConfig().to_params(dtype=max_dtype, n_kv_heads=gpt2.n_head, head_dim=gpt2.head_dim,
-                                          num_layers=gpt2.n_layer, devices=devices)
-    config = GPT2ServeConfig(gpt2=gpt2, options=BuildOptions(device="gpu" if target.gpu else "cpu", dtype=dtype),
-                             folder=folder, dtype=max_dtype, max_seq_len=gpt2.n_positions, kv_params=kv_params,
-                             devices=devices)
-    with F.lazy(), default_dtype(max_dtype), default_device(Accelerator() if target.gpu else CPU()):
+    config = GPT2ServeConfig.build(folder, BuildOptions(device="gpu" if target.gpu else "cpu", dtype=dtype), dtype,
+                                   devices, KVCacheConfig())
+    with F.lazy(), default_dtype(config.dtype), default_device(Accelerator() if target.gpu else CPU()):
         module = GPT2EngineModule(config)
-    module.compile(*modulev3_ragged_kv_symbolic_inputs(kv_params=kv_params, device_refs=devices),
-                   weights=gpt2_state(folder, gpt2, max_dtype))
+    module.compile(*modulev3_ragged_kv_symbolic_inputs(kv_params=config.kv_params, device_refs=devices),
+                   weights=gpt2_state(folder, config.gpt2, config.dtype))
     return ""
 
 

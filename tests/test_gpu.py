@@ -93,9 +93,10 @@ def test_bfloat16_scores_every_position_of_the_demo():
 
 
 def rounded_to_bfloat16(a: np.ndarray) -> np.ndarray:
-    """float32 values rounded to bfloat16's as model/gpt2.py's as_bfloat16 rounds them, as float32."""
-    bits = a.view(np.uint32)
-    return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    """float32 values rounded to bfloat16's as the build rounds them, as float32."""
+    from model.gpt2 import bfloat16_bits
+
+    return (bfloat16_bits(a).astype(np.uint32) << 16).view(np.float32)
 
 
 @pytest.mark.parametrize("vocab", [512, 50257, 50304])
