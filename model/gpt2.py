@@ -64,7 +64,8 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     config = checkpoint.config_as(config_class(options.impl))
     if options.attention_layer is not None and not 0 <= options.attention_layer < config.n_layer:
         raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
-    name = saved_graphs.graph_name(options, config)
+    graph_config = replace(config, vocab_size=graph_vocab(config.vocab_size, placement))  # a GPU's head is wider
+    name = saved_graphs.graph_name(options, graph_config)
     if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
         first = "~1-2.5 min on 2 idle CPU cores" if placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
         first += ", longer while other work runs beside it"
@@ -73,6 +74,7 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     tokenizer = checkpoint.tokenizer if with_tokenizer else None
     folder = checkpoint.folder
     state = load_state(folder, config, caches.float32_copies(folder))  # every shape verified before building
+    state = with_vocab_rows(state, graph_config.vocab_size)
     store = saved_graphs.store_for(name, placement.max_device(), direct=placement.dtype != "bfloat16")
     # The course's model is built to be traced, and to say which layers are
     # quantized; a saved graph driven directly needs neither (its facts say).
@@ -82,7 +84,7 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
         from model.graph import build_lm
 
         kit = course(options.impl)
-        lm = build_lm(kit, config, options)
+        lm = build_lm(kit, graph_config, options)
     if placement.quantization:
         from model.layers import quantized_specs
         from model.quantize import saved_quantize_state
@@ -100,13 +102,42 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
         from model.graph import compile_graph, wrap
         from model.layers import quantized_that_ran
 
-        compiled = compile_graph(wrap(lm, kit, options), config, options, weights, store)
+        compiled = compile_graph(wrap(lm, kit, options, config.vocab_size), config, options, weights, store)
         quantized = quantized_that_ran(lm)
         store.keep({"quantized_layers": quantized, "quantized": specs or {}})
     return GPT2(config, options, compiled, time.perf_counter() - start, tokenizer, str(folder),
                 quantized_layers=quantized, saved_graph=store.loaded,
                 eos_token_ids=checkpoint.eos_token_ids(with_tokenizer),
                 weight_bytes=held)
+
+
+# The LM head's output width on a GPU: GPT-2's 50257 (odd) rounded up to a
+# multiple of 64, the rows past the vocabulary zero, their logits cut off in
+# the graph. On an H200 in bfloat16 the head scored several rows at once
+# wrongly at width 50257 (one row at a time was right): docs/gpu.md.
+VOCAB_MULTIPLE = {"gpu": 64}
+
+
+def graph_vocab(vocab_size: int, placement) -> int:
+    """The LM head's width in the graph built for ``placement``."""
+    multiple = VOCAB_MULTIPLE.get(placement.kind, 1)
+    return -(-vocab_size // multiple) * multiple
+
+
+def with_vocab_rows(state: dict, width: int) -> dict:
+    """``state`` with the (tied) embedding and head widened to ``width`` rows,
+    the new rows zero; a tied array stays one array."""
+    import numpy as np
+
+    done: dict[int, object] = {}
+
+    def widen(a):
+        if id(a) not in done:
+            done[id(a)] = np.concatenate([a, np.zeros((width - a.shape[0], a.shape[1]), a.dtype)])
+        return done[id(a)]
+
+    rows = ("transformer.wte.weight", "lm_head.weight")
+    return {name: widen(a) if name in rows and a.shape[0] < width else a for name, a in state.items()}
 
 
 def as_bfloat16(weights: dict) -> dict:

@@ -58,16 +58,19 @@ def build_lm(kit: Course, config, options: BuildOptions):
 class _Graph(nn.Module):
     """What both graphs share: step 11's model, and the outputs it gives."""
 
-    def __init__(self, lm, attention_layer: int | None) -> None:
+    def __init__(self, lm, attention_layer: int | None, vocab_size: int) -> None:
         super().__init__()
         self.lm = lm
         self.attention_layer = attention_layer
+        self.vocab_size = vocab_size  # the checkpoint's: the graph's head may be wider (graph_vocab)
 
     def outputs(self, logits, caches=()) -> tuple:
         """The logits (float32), the concatenated cache tensors where the
         cache is not in place, and one layer's attention probabilities
         (float32), kept by step 15's attention during the call (the other
         layers' are never materialised)."""
+        if int(logits.shape[-1]) != self.vocab_size:
+            logits = logits[..., : self.vocab_size]
         out = (logits.cast(DType.float32), *(t for cache in caches for t in (cache.keys, cache.values)))
         if self.attention_layer is not None:  # float32 here, in the graph: bfloat16 on a GPU would need a cast
             out += (self.lm.transformer.h[self.attention_layer].attn.kept.weights.cast(DType.float32),)
@@ -78,8 +81,8 @@ class ConcatGraph(_Graph):
     """Step 11's model with the course's cache (step 07's ConcatCache): flat
     tensors in and out, the cache among them."""
 
-    def __init__(self, lm, kit: Course, attention_layer: int | None) -> None:
-        super().__init__(lm, attention_layer)
+    def __init__(self, lm, kit: Course, attention_layer: int | None, vocab_size: int) -> None:
+        super().__init__(lm, attention_layer, vocab_size)
         self.cache_class = kit.ConcatCache
 
     def forward(self, ids, positions, *past_flat):
@@ -93,8 +96,8 @@ class InPlaceGraph(_Graph):
     (mark), 2 * n_layer buffers in; the logits (and one layer's
     probabilities) out. The buffers are written in place: no cache output."""
 
-    def __init__(self, lm, kit: Course, attention_layer: int | None) -> None:
-        super().__init__(lm, attention_layer)
+    def __init__(self, lm, kit: Course, attention_layer: int | None, vocab_size: int) -> None:
+        super().__init__(lm, attention_layer, vocab_size)
         self.attend = kit.ConcatCache().attend  # step 07's mask and _attn call, over the buffers' rows
 
     def forward(self, ids, positions, start, end, mark, *buffers):
@@ -103,9 +106,11 @@ class InPlaceGraph(_Graph):
         return self.outputs(self.lm(ids, caches, positions))
 
 
-def wrap(lm, kit: Course, options: BuildOptions):
-    """The graph module around ``lm`` for ``options.cache``."""
-    return (InPlaceGraph if options.cache == "in_place" else ConcatGraph)(lm, kit, options.attention_layer)
+def wrap(lm, kit: Course, options: BuildOptions, vocab_size: int):
+    """The graph module around ``lm`` for ``options.cache``, its logits
+    ``vocab_size`` wide (the checkpoint's vocabulary)."""
+    graph = InPlaceGraph if options.cache == "in_place" else ConcatGraph
+    return graph(lm, kit, options.attention_layer, vocab_size)
 
 
 def compile_graph(graph, config, options: BuildOptions, weights: dict, store):

@@ -45,7 +45,8 @@ class GPT2EngineModule(GPT2Ragged):
         # requests is a few rows, where MAX's own matmul streams the weights
         # slowest; docs/serving.md measures it). The kernels are CPU code.
         super().__init__(config.gpt2, config.kv_params, linear_maker(config.options) or nn.Linear,
-                         impl=config.options.impl, every_position=config.options.every_position)
+                         impl=config.options.impl, every_position=config.options.every_position,
+                         head_width=config.head_width)
         self.engine_kv_params = config.kv_params
 
     def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
@@ -129,7 +130,7 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
         # generic safetensors reader: one mapping for the app and the server.
         self._serve_config = GPT2ServeConfig.initialize(self.pipeline_config, max_seq_len=self.max_seq_len)
         c = self._serve_config
-        return gpt2_state(c.folder, c.gpt2, c.dtype)
+        return gpt2_state(c.folder, c.gpt2, c.dtype, c.head_width)
 
     def _create_model_config(self, state_dict: dict[str, Any]) -> GPT2ServeConfig:
         return self._serve_config

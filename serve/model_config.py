@@ -28,6 +28,7 @@ from transformers import AutoConfig
 from typing_extensions import Self
 
 from model.course import config_class
+from model.gpt2 import graph_vocab
 from model.max_internals import select_quantization_encoding
 from model.options import BuildOptions
 from weights import read_config, resolve_model
@@ -61,6 +62,12 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
     max_seq_len: int
     kv_params: KVCacheParams
     devices: list[DeviceRef]
+
+    @property
+    def head_width(self) -> int:
+        """The LM head's rows in the graph: the vocabulary, wider on a GPU
+        (model/gpt2.py's graph_vocab, as the app builds it)."""
+        return graph_vocab(self.gpt2.vocab_size, self.options.placement)
 
     @classmethod
     def construct_kv_params(cls, huggingface_config: AutoConfig, pipeline_config: PipelineConfig,

@@ -42,6 +42,7 @@ only the cache's attention knows where each sequence starts.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from max.driver import CPU
 from max.dtype import DType
@@ -131,10 +132,13 @@ class GPT2Ragged(nn.Module):
     requests is a few rows)."""
 
     def __init__(self, config, kv_params: KVCacheParams, linear=nn.Linear, impl: str = "solutions",
-                 every_position: bool = False) -> None:
+                 every_position: bool = False, head_width: int | None = None) -> None:
         super().__init__()
         kit = course(impl)
-        lm = kit.GPT2LMHeadModel(config, linear)
+        # ``head_width``: the LM head's rows (model/gpt2.py's graph_vocab: wider
+        # on a GPU), the logits past the vocabulary cut off in ``score``.
+        self.vocab_size = config.vocab_size
+        lm = kit.GPT2LMHeadModel(replace(config, vocab_size=head_width or config.vocab_size), linear)
         # Step 11's parts, not the wrapper: the names stay transformer.* and lm_head.*.
         self.transformer = lm.transformer
         self.lm_head = lm.lm_head
@@ -151,7 +155,7 @@ class GPT2Ragged(nn.Module):
         for i, block in enumerate(t.h):
             x = block(x, PagedCache(kv, self.kv_params, input_row_offsets, i))
         last_rows = F.cast(input_row_offsets[1:], DType.int64) - 1
-        score = lambda h: F.cast(F.squeeze(self.lm_head(t.ln_f(h)), 0), DType.float32)  # noqa: E731
+        score = lambda h: F.cast(F.squeeze(self.lm_head(t.ln_f(h)), 0)[:, : self.vocab_size], DType.float32)  # noqa: E731
         if self.every_position:
             every = score(x)  # [total_tokens, vocab]
             return F.gather(every, last_rows, axis=0), every

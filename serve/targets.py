@@ -44,7 +44,7 @@ def build_served_graph(folder: Path, target: Target, dtype: str) -> str:
     with F.lazy(), default_dtype(config.dtype), default_device(Accelerator() if target.gpu else CPU()):
         module = GPT2EngineModule(config)
     module.compile(*modulev3_ragged_kv_symbolic_inputs(kv_params=config.kv_params, device_refs=devices),
-                   weights=gpt2_state(folder, config.gpt2, config.dtype))
+                   weights=gpt2_state(folder, config.gpt2, config.dtype, config.head_width))
     return ""
 
 

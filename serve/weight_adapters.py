@@ -17,13 +17,17 @@ from max.dtype import DType
 from max.graph.weights import WeightData
 
 from model import caches
+from model.gpt2 import with_vocab_rows
 from weights import load_state
 
 
-def gpt2_state(folder: Path, config, dtype: DType) -> dict[str, WeightData]:
-    """{parameter name: WeightData} in ``dtype`` (bfloat16 on a GPU)."""
+def gpt2_state(folder: Path, config, dtype: DType, head_width: int) -> dict[str, WeightData]:
+    """{parameter name: WeightData} in ``dtype`` (bfloat16 on a GPU), the
+    embedding and head ``head_width`` rows (zero past the vocabulary: the
+    app's own widening, model/gpt2.py)."""
     state = {}
-    for name, array in load_state(folder, config, caches.float32_copies(folder)).items():
+    arrays = with_vocab_rows(load_state(folder, config, caches.float32_copies(folder)), head_width)
+    for name, array in arrays.items():
         # A float32 file's tensors arrive as writable copy-on-write views of
         # the file (weights/checkpoint.py): the engine's DLPack import uses
         # them in place (in 26.7 it cannot export a read-only array).

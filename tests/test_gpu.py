@@ -102,7 +102,7 @@ def rounded_to_bfloat16(a: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("vocab", [512, 50257, 50304])
 @pytest.mark.parametrize("rows", [1, 8])
 def test_a_bfloat16_head_of_one_or_several_rows(rows, vocab):
-    """The LM head alone, [rows, 128] @ [vocab, 128]^T in bfloat16 on the
+    """The LM head alone, [rows, 768] @ [vocab, 768]^T in bfloat16 on the
     card, against numpy on the same rounded values: one row is a
     matrix-vector product, several a matmul; 50257 is GPT-2's vocabulary (an
     odd width), 50304 the next multiple of 64, 512 the tiny checkpoint's."""
@@ -114,8 +114,8 @@ def test_a_bfloat16_head_of_one_or_several_rows(rows, vocab):
     from model.gpt2 import as_bfloat16
 
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((rows, 128), dtype=np.float32)
-    w = rng.standard_normal((vocab, 128), dtype=np.float32) * 0.1
+    x = rng.standard_normal((rows, 768), dtype=np.float32)
+    w = rng.standard_normal((vocab, 768), dtype=np.float32) * 0.05
     device = Accelerator()
     types = [TensorType(DType.bfloat16, list(a.shape), device=DeviceRef.GPU()) for a in (x, w)]
     with Graph("head", input_types=types) as graph:

@@ -59,8 +59,9 @@ def test_the_app_runs_the_course_s_attention_itself():
     folder, _, _ = reference("tiny-2l-4h")
     kit = course("solutions")
     with F.lazy(), default_dtype(DType.float32):
-        lm = build_lm(kit, read_config(folder, kit.GPT2Config), BuildOptions(device="cpu"))
-        graph = InPlaceGraph(lm, kit, None)
+        config = read_config(folder, kit.GPT2Config)
+        lm = build_lm(kit, config, BuildOptions(device="cpu"))
+        graph = InPlaceGraph(lm, kit, None, config.vocab_size)
     # Named, not compared by identity (an earlier test may have imported the course afresh).
     assert {(type(b.attn).__module__, type(b.attn).__qualname__) for b in lm.transformer.h} == {
         ("solutions.solution_07", "GPT2MultiHeadAttention")}

@@ -64,3 +64,25 @@ def test_step_12_generate_over_the_compiled_model(compiled):
 
     tokens = generate(next_logits, ref["prompt"][0].tolist(), len(ref["greedy"][0]))
     assert tokens == ref["greedy"][0].tolist()
+
+
+def test_a_head_widened_with_zero_rows_gives_the_same_logits(tmp_path, monkeypatch):
+    """The graph's LM head may be wider than the vocabulary (on a GPU: 50257
+    rounded up to a multiple of 64, zero rows, cut off in the graph): the
+    logits the caller sees, their shape and the greedy tokens are the
+    unwidened graph's. Here forced on the CPU, with a vocabulary of 500."""
+    from checkpoints import greedy, write_checkpoint
+
+    import model.gpt2
+
+    folder = write_checkpoint(tmp_path / "m", {"vocab_size": 500, "n_positions": 32, "n_embd": 32,
+                                               "n_layer": 2, "n_head": 2})
+    ids = np.random.default_rng(0).integers(0, 500, (2, 9))
+    plain = load_gpt2(folder, device="cpu", with_tokenizer=False)
+    monkeypatch.setitem(model.gpt2.VOCAB_MULTIPLE, "cpu", 64)
+    widened = load_gpt2(folder, device="cpu", with_tokenizer=False)
+    assert (plain.config.vocab_size, widened.config.vocab_size) == (500, 500)
+    expected, got = plain.forward_logits(ids), widened.forward_logits(ids)
+    assert got.shape == expected.shape == (2, 9, 500)
+    assert np.abs(got - expected).max() <= 1e-5
+    np.testing.assert_array_equal(greedy(widened, ids, 4)[0], greedy(plain, ids, 4)[0])

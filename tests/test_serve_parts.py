@@ -34,12 +34,33 @@ def test_weights_in_the_engines_dtype():
     from weights import load_state, read_config
 
     config = read_config(DEMO)
-    state = gpt2_state(DEMO, config, DType.bfloat16)  # what a GPU serves
+    state = gpt2_state(DEMO, config, DType.bfloat16, config.vocab_size)  # what a GPU serves
     assert {w.dtype for w in state.values()} == {DType.bfloat16}
     assert set(state) == set(load_state(DEMO, config))  # the app's names, the tied head included
-    f32 = gpt2_state(DEMO, config, DType.float32)
+    f32 = gpt2_state(DEMO, config, DType.float32, config.vocab_size)
     np.testing.assert_array_equal(np.from_dlpack(f32["lm_head.weight"].data),
                                   np.from_dlpack(f32["transformer.wte.weight"].data))
+
+
+def test_a_wider_head_gets_zero_rows_past_the_vocabulary():
+    """On a GPU the graph's head is 50304 rows (model/gpt2.py's graph_vocab):
+    the served state widens the tied embedding and head as the app does."""
+    from max.dtype import DType
+
+    from types import SimpleNamespace
+
+    from model.gpt2 import graph_vocab
+    from serve.weight_adapters import gpt2_state
+    from weights import read_config
+
+    config = read_config(DEMO)
+    width = graph_vocab(config.vocab_size, SimpleNamespace(kind="gpu"))  # a placement on a GPU
+    assert width == 50304
+    state = gpt2_state(DEMO, config, DType.float32, width)
+    head, wte = (np.from_dlpack(state[n].data) for n in ("lm_head.weight", "transformer.wte.weight"))
+    assert head.shape == wte.shape == (width, config.n_embd)
+    np.testing.assert_array_equal(head, wte)
+    assert not head[config.vocab_size:].any() and head[: config.vocab_size].any()
 
 
 def test_a_float32_checkpoint_reaches_the_engine():
@@ -53,7 +74,7 @@ def test_a_float32_checkpoint_reaches_the_engine():
     from weights import read_config
 
     folder, _, _ = reference("tiny-2l-4h")  # saved by HF in float32
-    state = gpt2_state(folder, read_config(folder), DType.float32)
+    state = gpt2_state(folder, read_config(folder), DType.float32, read_config(folder).vocab_size)
     for data in state.values():
         Tensor.from_dlpack(data)  # what the engine's compile does with every weight
 
