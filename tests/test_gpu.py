@@ -85,10 +85,25 @@ def test_bfloat16_scores_every_position_of_the_demo():
 
     ref = demo_reference()
     gpt2 = load_gpt2("demo", device="gpu", dtype="bfloat16", with_tokenizer=False)
-    logits = gpt2.forward_logits(ref["ids"])
-    error = np.abs(logits - ref["logits"]).max() / np.abs(ref["logits"]).max()
-    agree = (logits.argmax(-1) == ref["logits"].argmax(-1)).mean()
-    print(f"demo bfloat16, every position: max |error| / max |logit| = {error:.2e}, argmax agreement {agree:.3f}")
+    ids, expected = ref["ids"], ref["logits"]
+
+    def report(what, logits, rows):
+        error = np.abs(logits - expected[:, rows]).max() / np.abs(expected).max()
+        agree = (logits.argmax(-1) == expected[:, rows].argmax(-1)).mean()
+        print(f"demo bfloat16, {what}: max |error| / max |logit| = {error:.2e}, argmax agreement {agree:.3f}")
+        return error, agree
+
+    # Where it goes wrong, if it does: the same positions one at a time
+    # (each call one row), and the last one after the whole prompt in a cache
+    # of the context window (a prefill: every row through the blocks, one
+    # scored) rather than of the prompt's length.
+    one_at_a_time, cache = [], gpt2.empty_cache(1)
+    for i in range(ids.shape[1]):
+        logits, cache = gpt2.step(ids[:, i:i + 1], cache)
+        one_at_a_time.append(logits)
+    report("one position a call", np.stack(one_at_a_time, 1), slice(None))
+    report("the last after a prefill", gpt2.step(ids, gpt2.empty_cache(1))[0], -1)
+    error, agree = report("every position in one call", gpt2.forward_logits(ids), slice(None))
     assert error <= 0.05 and agree >= 0.875
 
 
@@ -128,3 +143,66 @@ def test_a_bfloat16_head_of_one_or_several_rows(rows, vocab):
     error = np.abs(got - expected).max() / np.abs(expected).max()
     print(f"rows {rows}, vocab {vocab}: max |error| / max |value| = {error:.2e}")
     assert error <= 1e-2
+
+
+# Every matmul GPT-2 124M makes, as (inner, outer) widths of x [1, rows, inner]
+# @ w[outer, inner]^T: c_attn, attn c_proj, c_fc, mlp c_proj, the head at the
+# vocabulary and at the width the GPU build pads it to.
+MATMULS = [(768, 2304), (768, 768), (768, 3072), (3072, 768), (768, 50257), (768, 50304)]
+ROWS = [1, 2, 5, 8, 9, 16, 45]
+
+
+def matmul_errors(device, device_ref) -> dict[tuple[int, int, int], float]:
+    """{(inner, outer, rows): max |error| / max |value|} of each of MATMULS
+    in bfloat16 on ``device`` against numpy on the same rounded values, the
+    rows symbolic as in the model's graph (one compile, every row count);
+    and the attention scores q @ k^T [1, 12, rows, 64] at (64, rows, rows)."""
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.engine import InferenceSession
+    from max.graph import Graph, TensorType, ops
+
+    from model.gpt2 import as_bfloat16
+
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal((outer, inner), dtype=np.float32) * 0.05 for inner, outer in MATMULS]
+    types = [TensorType(DType.bfloat16, [1, "rows", inner], device=device_ref) for inner in (768, 3072)]
+    types += [TensorType(DType.bfloat16, list(w.shape), device=device_ref) for w in weights]
+    types += [TensorType(DType.bfloat16, [1, 12, "rows", 64], device=device_ref)] * 2
+    with Graph("matmuls", input_types=types) as graph:
+        x768, x3072, *ws, q, k = (value.tensor for value in graph.inputs)
+        x = {768: x768, 3072: x3072}
+        graph.output(*(ops.cast(x[inner] @ ops.transpose(w, 0, 1), DType.float32)
+                       for (inner, _), w in zip(MATMULS, ws)),
+                     ops.cast(q @ ops.transpose(k, 2, 3), DType.float32))
+    model = InferenceSession(devices=[device]).load(graph)
+    errors = {}
+    for rows in ROWS:
+        xs = {inner: rng.standard_normal((1, rows, inner), dtype=np.float32) for inner in (768, 3072)}
+        q, k = (rng.standard_normal((1, 12, rows, 64), dtype=np.float32) for _ in range(2))
+        arrays = {"x768": xs[768], "x3072": xs[3072], **{f"w{i}": w for i, w in enumerate(weights)}, "q": q, "k": k}
+        got = [out.to(CPU()).to_numpy() for out in
+               model.execute(*(buffer.to(device) for buffer in as_bfloat16(arrays).values()))]
+        expected = [rounded_to_bfloat16(xs[inner]) @ rounded_to_bfloat16(w).T
+                    for (inner, _), w in zip(MATMULS, weights)]
+        expected.append(rounded_to_bfloat16(q) @ rounded_to_bfloat16(k).transpose(0, 1, 3, 2))
+        for (inner, outer), g, e in zip([*MATMULS, (64, rows)], got, expected):
+            errors[inner, outer, rows] = float(np.abs(g - e).max() / np.abs(e).max())
+    return errors
+
+
+def test_the_models_bfloat16_matmuls_at_any_row_count():
+    """Every matmul shape of GPT-2 124M in bfloat16 on the card at 1-45 rows
+    (a prompt's tokens, or a batch's sequences): one printed line each, and
+    the test names every one that is off. The head at 8 rows and width 50257
+    measured 65% off on an H200 (width 50304 right: the GPU build pads it)."""
+    from max.driver import Accelerator
+    from max.graph import DeviceRef
+
+    errors = matmul_errors(Accelerator(), DeviceRef.GPU())
+    for (inner, outer, rows), error in errors.items():
+        print(f"bfloat16 matmul inner {inner:>4} outer {outer:>5} rows {rows:>2}: {error:.2e}")
+    # Attention's batched product measured 1.7e-2 on a CPU in bfloat16 (8 rows): a looser bound there.
+    wrong = {shape: error for shape, error in errors.items() if error > (3e-2 if shape[0] == 64 else 1e-2)}
+    widths = {shape for shape in wrong if shape[1] != 50257}  # 50257 is padded away by the build
+    assert not widths, f"wrong on the card (inner, outer, rows): {wrong}"
