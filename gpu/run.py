@@ -35,7 +35,8 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
                   [python, "-m", "pip", "check"],
                   *generate],
         # The tests written for a GPU, then the device choice's.
-        "tests": [[python, "-m", "pytest", "-ra", "-s", "tests/test_gpu.py", "tests/test_device.py", "-k", "not serve"]],
+        "tests": [[python, "-m", "pytest", "-ra", "-s", "tests/test_gpu.py", "tests/test_device.py",
+                   "-k", "not serve"]],
         # bfloat16 and float32 logits and greedy text against Hugging Face at the same precision on the same card:
         # first each graph compiled in this process (bfloat16 before any float32 graph ran), then each loaded
         # from the graphs the first run saved, float32 first (a bfloat16 graph so loaded once disagreed with HF).

@@ -27,6 +27,8 @@
                           (kept by model/caches.py)
     model/saved_graphs.py the compiled graph saved as a MEF, driven directly on
                           later starts (nothing traced)
+    model/portable/       the demo's graph compiled for x86-64-v3, shipped with
+                          the project: used where the CPU can run it
     model/runtime.py      GPT2: the cache, one graph call, logits on the host
     model/generate.py     prefill once, then one token per step; sampling.py picks
 """
@@ -38,7 +40,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from model import caches, saved_graphs
+from model import caches, portable, saved_graphs
 from model.course import IMPLS, config_class, course
 from model.options import BuildOptions
 from model.runtime import GPT2
@@ -66,6 +68,8 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
         raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
     graph_config = replace(config, vocab_size=graph_vocab(config.vocab_size, placement))  # a GPU's head is wider
     name = saved_graphs.graph_name(options, graph_config)
+    if not saved_graphs.is_saved(name):  # the demo's graph may have come with the project
+        name = portable.saved_name(options, graph_config, lambda: traced_graph(config, options)) or name
     if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
         first = "~1-2.5 min on 2 idle CPU cores" if placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
         first += ", longer while other work runs beside it"
@@ -109,6 +113,17 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
                 quantized_layers=quantized, saved_graph=store.loaded,
                 eos_token_ids=checkpoint.eos_token_ids(with_tokenizer),
                 weight_bytes=held)
+
+
+def traced_graph(config, options: BuildOptions):
+    """The graph ``load_gpt2`` compiles for ``config`` and ``options``,
+    traced, not compiled (MAX's Graph: model/portable/ compares its body
+    with the shipped graph's)."""
+    from model.graph import build_lm, trace_graph, wrap
+
+    kit = course(options.impl)
+    graph_config = replace(config, vocab_size=graph_vocab(config.vocab_size, options.placement))
+    return trace_graph(wrap(build_lm(kit, graph_config, options), kit, options, config.vocab_size), config, options)
 
 
 # The LM head's output width on a GPU: GPT-2's 50257 (odd) rounded up to a

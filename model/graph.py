@@ -113,9 +113,34 @@ def wrap(lm, kit: Course, options: BuildOptions, vocab_size: int):
     return graph(lm, kit, options.attention_layer, vocab_size)
 
 
+# Every graph is traced under one name: what it computes is in its body
+# (a shipped graph is matched by a digest of it: model/portable/), and each
+# saved graph has its own folder (model/saved_graphs.py).
+GRAPH_NAME = "gpt2"
+
+
+def trace_graph(graph, config, options: BuildOptions):
+    """``graph`` traced as ``compile_graph`` traces it, not compiled: MAX's Graph."""
+    return graph.trace(*input_types(config, options), name=GRAPH_NAME).graph
+
+
 def compile_graph(graph, config, options: BuildOptions, weights: dict, store):
     """Trace ``graph`` and compile it for ``options.placement`` with
     ``weights`` (saving its MEF through ``store``: model/saved_graphs.py)."""
+    start = time.perf_counter()
+    try:
+        compiled = graph.compile(*input_types(config, options), weights=weights, name=GRAPH_NAME,
+                                 session=store.session)
+    except BaseException:
+        store.discard()
+        raise
+    if not store.loaded:
+        print(f"compiled in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return compiled
+
+
+def input_types(config, options: BuildOptions) -> list:
+    """The graph's input types for ``options`` (the module docstring's inputs)."""
     from max.graph import TensorType
 
     placement = options.placement
@@ -133,14 +158,4 @@ def compile_graph(graph, config, options: BuildOptions, weights: dict, store):
     else:
         kv = TensorType(placement.max_dtype(), ["batch", config.n_head, "past", config.head_dim], device=device)
         cache_types = [kv] * (2 * config.n_layer)
-    start = time.perf_counter()
-    try:
-        compiled = graph.compile(ids_type, positions_type, *cache_types,
-                                 weights=weights, name=store.name,
-                                 session=store.session)
-    except BaseException:
-        store.discard()
-        raise
-    if not store.loaded:
-        print(f"compiled in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    return compiled
+    return [ids_type, positions_type, *cache_types]

@@ -40,25 +40,35 @@ MANIFEST = "manifest.json"  # what MAX's MefStore writes beside the artifacts
 FACTS = "facts.json"  # what the build learnt while tracing the graph (load_gpt2)
 
 
-def graph_name(options, config) -> str:
+def graph_name(options, config, cpu_description: str | None = None) -> str:
     """``gpt2_<digest>``: the digest of everything the compiled graph depends on
-    (``options``: model/options.py's BuildOptions)."""
+    (``options``: model/options.py's BuildOptions). ``cpu_description``: what
+    the graph was compiled for, when not this CPU (model/portable/'s
+    shipped graph)."""
     from model import cpu
 
     digest = hashlib.sha256()
-    facts = {"max": importlib.metadata.version("max"), "impl": options.impl, "cpu": cpu.describe(),
+    facts = {"max": importlib.metadata.version("max"), "impl": options.impl,
+             "cpu": cpu.describe() if cpu_description is None else cpu_description,
              "kernel_path": os.environ.get(cpu.ENV, "auto"),
              "config": asdict(config) if is_dataclass(config) else vars(config),
              "placement": [options.placement.kind, options.placement.dtype], "options": options.graph_facts()}
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
-    for path in sources(options.impl):
-        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else Path(path.parent.name, path.name)
-        digest.update(where.as_posix().encode() + b"\0" + path.read_bytes())
+    digest.update(sources_digest(options.impl).encode())
     return "gpt2_" + digest.hexdigest()[:20]
 
 
+def sources_digest(impl: str) -> str:
+    """A digest of the files a graph of ``impl`` can depend on (``sources``)."""
+    digest = hashlib.sha256()
+    for path in sources(impl):
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else Path(path.parent.name, path.name)
+        digest.update(where.as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 # Tools in model/ that build no graph: editing their words must not rename every saved graph.
-NOT_BUILD = ("doctor.py", "targets.py")
+NOT_BUILD = ("doctor.py", "targets.py", "portable/__init__.py", "portable/__main__.py")
 
 
 def sources(impl: str) -> list[Path]:

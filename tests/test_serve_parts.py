@@ -45,9 +45,9 @@ def test_weights_in_the_engines_dtype():
 def test_a_wider_head_gets_zero_rows_past_the_vocabulary():
     """On a GPU the graph's head is 50304 rows (model/gpt2.py's graph_vocab):
     the served state widens the tied embedding and head as the app does."""
-    from max.dtype import DType
-
     from types import SimpleNamespace
+
+    from max.dtype import DType
 
     from model.gpt2 import graph_vocab
     from serve.weight_adapters import gpt2_state

@@ -1,0 +1,184 @@
+"""The demo's compiled graph, shipped with the project: the first run on a new machine in seconds.
+
+    python -m model.portable make     # compile it for x86-64-v3 from a clean cache, write weights/demo/graph/
+    python -m model.portable check    # does the shipped graph still match what this code traces?
+
+(Those commands: model/portable/__main__.py. This file is what the build asks.)
+
+A graph compiled by MAX holds native code for the CPU it was compiled for.
+Compiled for a named CPU level, x86-64-v3 (AVX2, FMA, BMI1/2, F16C, LZCNT,
+MOVBE: Intel since Haswell, AMD since Excavator and every Zen), it runs on any
+CPU with those features, and the kernels take their avx2 path there. The
+project ships that one graph, the demo's at its default build (float32 on the
+CPU, this project's Linear op), gzipped in weights/demo/graph/ with what it was
+made from (``facts.json``): MAX's version, the target, a digest of the traced
+graph's body, and a digest of the source files.
+
+``load_gpt2`` asks ``saved_name`` before compiling. The shipped graph is used
+when the build is that one, MAX's version is the one it was made with, and
+this CPU has every feature of the target (read from /proc/cpuinfo before
+anything is loaded: a graph with instructions the CPU lacks would die with
+SIGILL). When the source files are the ones it was made from, it is used as
+it is; when they differ, the model is traced (a few seconds, nothing
+compiled) and the graph's body compared. Otherwise the app compiles as
+before, and says why. A used graph is unpacked into the saved graphs
+(model/saved_graphs.py), so later starts load it as they load any saved one.
+
+Where this CPU's own kernel path is not the target's (AVX-512 with VNNI), its
+own graph is compiled in the background (niced, one at a time), and used from
+the next run on; ``GPT2_MAX_BACKGROUND_COMPILE=0`` turns that off (so does
+``CI``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+
+from model import caches, cpu, saved_graphs
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "weights" / "demo" / "graph"
+LEVEL = "x86-64-v3"
+TARGET = f"triple=x86_64-unknown-linux-gnu;cpu={LEVEL}"
+# x86-64-v3 as LLVM defines the level, as /proc/cpuinfo names the features (abm: LZCNT).
+FEATURES = ("sse4_2", "popcnt", "ssse3", "cx16", "lahf_lm", "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm",
+            "movbe", "xsave")
+TARGET_PATH = "avx2"  # the kernel path isa.mojo's auto takes for this target (model/cpu.py)
+USE = "GPT2_MAX_PORTABLE_GRAPH"  # "0": never use the shipped graph
+BACKGROUND = "GPT2_MAX_BACKGROUND_COMPILE"  # "0": no background compile of this CPU's own graph
+MODEL = "demo"
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def shipped_facts() -> dict | None:
+    """What the shipped graph was made from (None when there is none)."""
+    try:
+        return json.loads((SHIPPED / "facts.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def config_facts(config) -> dict:
+    """A model config as the shipped facts record it."""
+    return json.loads(json.dumps(asdict(config) if is_dataclass(config) else vars(config), default=str))
+
+
+def is_the_shipped_build(facts: dict, options, config) -> bool:
+    """Whether ``options`` and ``config`` build the graph that is shipped: the
+    default build on the CPU, of a model shaped as the demo (any checkpoint
+    of that shape: the graph holds no weights)."""
+    from model.options import BuildOptions
+
+    if options.impl != "solutions" or config_facts(config) != facts["config"]:
+        return False
+    placement, default = options.placement, BuildOptions(device="cpu", dtype="float32")
+    return ((placement.kind, placement.dtype) == ("cpu", "float32")
+            and options.graph_facts() == default.graph_facts())
+
+
+def unusable_here(facts: dict, cpu_flags: frozenset[str] | None = None) -> str:
+    """Why the shipped graph cannot run here, in words ("" when it can)."""
+    if os.environ.get(USE, "1") == "0":
+        return f"{USE}=0"
+    if not caches.enabled():
+        return f"{caches.SAVED_GRAPHS}=0"
+    if os.environ.get(cpu.ENV, "auto") != "auto":
+        return f"{cpu.ENV} is set"
+    version = importlib.metadata.version("max")
+    if facts["max"] != version:
+        return f"it was made with MAX {facts['max']}, this is MAX {version}"
+    if not cpu.is_x86():
+        return f"it is x86-64 code, this CPU is {platform.machine()}"
+    lacking = [flag for flag in FEATURES if flag not in (cpu.flags() if cpu_flags is None else cpu_flags)]
+    if lacking:
+        return f"this CPU lacks {', '.join(lacking)} ({facts['level']} needs them)"
+    return ""
+
+
+def saved_name(options, config, trace) -> str | None:
+    """The saved graph's name to load for this build: the shipped graph's,
+    unpacked into the saved graphs if it was not already, when it applies
+    and matches this code; None to compile as before (said in one line
+    when the shipped graph was for this build but could not be used).
+    ``trace()``: the build's graph, traced (model/gpt2.py's traced_graph),
+    asked for only when the source files are not the ones it was made from."""
+    facts = shipped_facts()
+    if facts is None or not is_the_shipped_build(facts, options, config) or cpu.virtual_target():
+        return None  # (a process compiling for another CPU, as the targets check and make do, compiles)
+    why = unusable_here(facts)
+    if why:
+        say(f"not using the shipped compiled graph: {why}")
+        return None
+    name = saved_graphs.graph_name(options, config, cpu_description=f"shipped {facts['level']} {facts['graph']}")
+    if not saved_graphs.is_saved(name):
+        if facts["sources"] != saved_graphs.sources_digest(options.impl) and facts["graph"] != graph_digest(trace()):
+            say("not using the shipped compiled graph: this code traces another graph (python -m model.portable "
+                "make writes a new one)")
+            return None
+        unpack(facts, caches.folder("graphs") / name)
+    say(f"using the shipped compiled graph ({facts['level']}: any CPU with AVX2 and FMA)")
+    if cpu.native_path(cpu.flags()) != TARGET_PATH:
+        compile_own_in_background(options)
+    return name
+
+
+def graph_digest(graph) -> str:
+    """A digest of what a traced graph computes: its printed body, less the
+    kernel library's path (a folder of this machine's cache)."""
+    body = re.sub(r"_kernel_library_paths = \[[^\]]*\]", "_kernel_library_paths = []", repr(graph))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def unpack(facts: dict, folder: Path) -> None:
+    """The shipped graph into ``folder`` as a saved graph (MEF, MAX's
+    manifest, the build's facts), whole or not at all."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        with gzip.open(SHIPPED / facts["file"]) as packed, open(staging / facts["mef"], "wb") as out:
+            shutil.copyfileobj(packed, out)
+        shutil.copy(SHIPPED / saved_graphs.MANIFEST, staging / saved_graphs.MANIFEST)
+        (staging / saved_graphs.FACTS).write_text(json.dumps(facts["build"]))
+        os.rename(staging, folder)
+    except OSError:  # another process unpacked it first, or the disk is full: compile as before
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def compile_own_in_background(options) -> None:
+    """Compile this CPU's own graph of the build in a niced process of its
+    own (one at a time), saved for the next run."""
+    if os.environ.get(BACKGROUND, "1") == "0" or os.environ.get("CI"):
+        return
+    graphs = caches.folder("graphs")
+    graphs.mkdir(parents=True, exist_ok=True)
+    lock = graphs / ".compiling-own-graph"
+    try:
+        pid = int(lock.read_text())
+        os.kill(pid, 0)
+        return  # one is running
+    except (OSError, ValueError):
+        pass
+    log = graphs / "own-graph-compile.log"
+    env = dict(os.environ, **{USE: "0", BACKGROUND: "0"})
+    with open(log, "w") as out:
+        child = subprocess.Popen([sys.executable, "-m", "model.portable", "own", json.dumps(asdict(options))],
+                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, preexec_fn=lambda: os.nice(19))
+    lock.write_text(str(child.pid))
+    say(f"compiling this CPU's own graph ({cpu.native_path(cpu.flags())} kernels) in the background for the "
+        f"next run ({BACKGROUND}=0 turns this off; log: {log})")

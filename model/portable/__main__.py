@@ -1,0 +1,143 @@
+"""``python -m model.portable make`` / ``check``: the shipped graph made, and checked against this code.
+
+See model/portable/__init__.py for what is shipped and when the app uses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from model import caches, cpu, saved_graphs
+from model.portable import LEVEL, MODEL, ROOT, SHIPPED, TARGET, config_facts, graph_digest, shipped_facts
+
+
+def traced_digest(options, config) -> str:
+    """``graph_digest`` of the graph this code builds for ``options`` (traced, not compiled)."""
+    from model.gpt2 import traced_graph
+
+    return graph_digest(traced_graph(config, options))
+
+
+def make(out: Path) -> int:
+    """Compile the shipped build for the target in this process (whose MAX
+    and project caches the caller pointed at empty folders), and write it
+    to ``out``: the MEF gzipped, MAX's manifest, and ``facts.json``."""
+    from max import driver
+
+    driver.set_virtual_cpu_target(TARGET)  # before the process's first device
+    from model.gpt2 import load_gpt2
+
+    gpt2 = load_gpt2(MODEL, device="cpu", dtype="float32", with_tokenizer=False)
+    from model.course import config_class
+    from model.options import BuildOptions
+    from weights import open_checkpoint
+
+    options = BuildOptions(device="cpu", dtype="float32")
+    config = open_checkpoint(MODEL).config_as(config_class(options.impl))
+    [saved] = [p for p in caches.folder("graphs").iterdir() if p.is_dir() and saved_graphs.is_saved(p.name)]
+    [entry] = json.loads((saved / saved_graphs.MANIFEST).read_text())["graphs"]
+    mef = saved / entry["key"]
+    digest = traced_digest(options, config)
+    version = importlib.metadata.version("max")
+    file = f"gpt2-demo-{LEVEL}-max{version}-{digest}.mef.gz"
+    for old in out.glob("*.mef.gz"):
+        old.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    with open(mef, "rb") as raw, gzip.GzipFile(out / file, "wb", mtime=0) as packed:
+        shutil.copyfileobj(raw, packed)
+    shutil.copy(saved / saved_graphs.MANIFEST, out / saved_graphs.MANIFEST)
+    facts = {"max": version, "level": LEVEL, "target": TARGET, "graph": digest, "config": config_facts(config),
+             "sources": saved_graphs.sources_digest(options.impl), "file": file, "mef": entry["key"],
+             "mef_bytes": mef.stat().st_size, "build": json.loads((saved / saved_graphs.FACTS).read_text()),
+             "made_by": "python -m model.portable make"}
+    (out / "facts.json").write_text(json.dumps(facts, indent=1) + "\n")
+    write_notice(out, version)
+    print(f"{out / file}: {mef.stat().st_size / 1e6:.2f} MB compiled for {LEVEL}, "
+          f"{(out / file).stat().st_size / 1e6:.2f} MB gzipped; {gpt2.compile_seconds:.1f} s to compile")
+    return 0
+
+
+ATTRIBUTION = ("MAX is licensed by Modular Inc under the Modular MAX Community License and has been modified by "
+               "the GPT-2 on MAX project. Copyright Modular Inc IN NO EVENT SHALL MODULAR INC BE LIABLE FOR ANY "
+               "CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING "
+               "FROM, OUT OF OR IN CONNECTION WITH USE OF MAX OR ANY DERIVATIVE WORK THEREOF.")
+
+
+def write_notice(out: Path, version: str) -> None:
+    """The compiled graph holds MAX's kernels in object code: the licence's
+    terms (section 1.1.3: displayed with each copy) and its attribution
+    (1.1.4) go beside it, the terms copied from the installed MAX."""
+    terms = importlib.metadata.distribution("max").read_text("LICENSE") or ""
+    (out / "MAX-LICENSE.txt").write_text(terms)
+    (out / "NOTICE").write_text(
+        f"The compiled graph in this folder was made by `python -m model.portable make` with MAX {version}\n"
+        "and contains MAX's kernels in object code, distributed under the terms in MAX-LICENSE.txt.\n\n"
+        + ATTRIBUTION + "\n")
+
+
+def check() -> int:
+    """Whether the shipped graph is what ``make`` would write for this code: 0 if so."""
+    from model.course import config_class
+    from model.options import BuildOptions
+    from weights import open_checkpoint
+
+    facts = shipped_facts()
+    if facts is None:
+        print(f"no shipped graph in {SHIPPED.relative_to(ROOT)}: python -m model.portable make")
+        return 1
+    options = BuildOptions(device="cpu", dtype="float32")
+    config = open_checkpoint(MODEL).config_as(config_class(options.impl))
+    version, digest = importlib.metadata.version("max"), traced_digest(options, config)
+    stale = [what for what, ok in (("MAX's version", facts["max"] == version), ("the graph", facts["graph"] == digest),
+                                   ("the file", (SHIPPED / facts["file"]).is_file())) if not ok]
+    if stale:
+        print(f"the shipped graph is stale ({', '.join(stale)}): python -m model.portable make")
+        return 1
+    print(f"the shipped graph matches this code: {facts['file']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import model.portable as shipped
+
+    p = argparse.ArgumentParser(prog="python -m model.portable", description=shipped.__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=shipped.__doc__.split("\n\n", 1)[1])
+    sub = p.add_subparsers(dest="command", required=True, metavar="{make,check}")
+    made = sub.add_parser("make", help=f"compile the demo's graph for {LEVEL} from empty caches, write it")
+    made.add_argument("--out", type=Path, default=SHIPPED, help="where to write it (default: %(default)s)")
+    made.add_argument("--here", action="store_true", help=argparse.SUPPRESS)  # the child, caches already empty
+    sub.add_parser("check", help="exit 1 when the shipped graph no longer matches what this code traces")
+    own = sub.add_parser("own")  # the background compile of this CPU's own graph (not listed)
+    own.add_argument("options")
+    args = p.parse_args(argv)
+    if args.command == "check":
+        return check()
+    if args.command == "own":
+        from model.gpt2 import load_gpt2
+        from model.options import BuildOptions
+
+        load_gpt2(MODEL, BuildOptions(**json.loads(args.options)), with_tokenizer=False)
+        return 0
+    if args.here:
+        return make(args.out)
+    with tempfile.TemporaryDirectory(prefix="gpt2-portable-") as empty:
+        env = dict(os.environ, MODULAR_CACHE_DIR=str(Path(empty) / "modular"),
+                   **{caches.CACHE: str(Path(empty) / "project")},
+                   PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        env.pop(cpu.ENV, None)
+        command = [sys.executable, "-m", "model.portable", "make", "--here", "--out", str(args.out.resolve())]
+        return subprocess.run(command, env=env, cwd=ROOT).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The demo's compiled graph shipped with the project (model/portable/):
+still what ``python -m model.portable make`` would write for this code, used
+on a first run with empty caches where the CPU can run it, and refused,
+saying why, where it cannot."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from checkpoints import demo_reference
+
+from checker.skeleton import ROOT
+from model import portable
+from model.options import BuildOptions
+from weights import open_checkpoint
+
+
+def test_the_shipped_graph_matches_this_code(capsys):
+    """A change to the model's graph makes this fail until the graph is made again."""
+    from model.portable.__main__ import check
+
+    assert check() == 0, capsys.readouterr().out
+    facts = portable.shipped_facts()
+    assert facts["level"] == portable.LEVEL and facts["file"].endswith(f"-{facts['graph']}.mef.gz")
+    assert (portable.SHIPPED / "NOTICE").is_file() and (portable.SHIPPED / "MAX-LICENSE.txt").stat().st_size > 0
+
+
+def demo_config():
+    from model.course import config_class
+
+    return open_checkpoint("demo").config_as(config_class("solutions"))
+
+
+def test_only_the_default_cpu_build_of_the_demo_shape_is_shipped():
+    facts, config = portable.shipped_facts(), demo_config()
+    assert portable.is_the_shipped_build(facts, BuildOptions(device="cpu"), config)
+    for other in (BuildOptions(device="cpu", dtype="q8_0"), BuildOptions(device="cpu", linear="course"),
+                  BuildOptions(device="cpu", cache="concat"), BuildOptions(device="cpu", attention_layer=0),
+                  BuildOptions(device="cpu", impl="steps")):
+        assert not portable.is_the_shipped_build(facts, other, config), other
+    deeper = replace(config, n_layer=config.n_layer + 1)
+    assert not portable.is_the_shipped_build(facts, BuildOptions(device="cpu"), deeper)
+
+
+def test_a_cpu_without_the_targets_features_is_told_why(monkeypatch):
+    facts = portable.shipped_facts()
+    monkeypatch.delenv(portable.USE, raising=False)
+    monkeypatch.delenv("GPT2_MAX_KERNEL_PATH", raising=False)
+    if portable.cpu.is_x86():
+        assert "avx2" in portable.unusable_here(facts, frozenset({"sse4_2", "avx"}))
+        assert portable.unusable_here(facts, frozenset(portable.FEATURES)) == ""
+    assert "MAX 0.0" in portable.unusable_here({**facts, "max": "0.0"}, frozenset(portable.FEATURES))
+    monkeypatch.setenv(portable.USE, "0")
+    assert portable.unusable_here(facts, frozenset(portable.FEATURES)) == f"{portable.USE}=0"
+
+
+def test_a_first_run_with_empty_caches_uses_the_shipped_graph(tmp_path):
+    """The app with every cache folder empty: the shipped graph, not a
+    compile, and the tokens HF's greedy search gives; the second run loads
+    it as a saved graph."""
+    why = portable.unusable_here(portable.shipped_facts())
+    if why:
+        pytest.skip(f"the shipped graph cannot run here: {why}")
+    env = {k: v for k, v in os.environ.items() if k not in ("GPT2_MAX_CACHE", "MODULAR_CACHE_DIR")}
+    env.update(XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=str(ROOT))
+    ref = demo_reference()
+    for run in range(2):
+        done = subprocess.run([sys.executable, "-m", "model", "--model", "demo", "--temperature", "0",
+                               "--max-new-tokens", "8", "--json", "And it came to pass"],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "using the shipped compiled graph" in done.stderr and "compiling the model graph" not in done.stderr, (
+            run, done.stderr)
+        tokens = json.loads(done.stdout.strip().splitlines()[-1])["tokens"]
+        np.testing.assert_array_equal(tokens, ref["greedy"][0][:8])
+
+
+def test_a_background_compile_of_this_cpus_own_graph(tmp_path, monkeypatch):
+    """Where this CPU's kernel path is not the target's: one niced child,
+    started once, that the opt-out and CI both stop."""
+    started = []
+
+    class Child:
+        pid = os.getpid()  # alive: a second call sees one running
+
+        def __init__(self, command, **kwargs):
+            started.append((command, kwargs))
+
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv(portable.BACKGROUND, raising=False)
+    monkeypatch.setattr(portable.subprocess, "Popen", Child)
+    options = BuildOptions(device="cpu")
+    portable.compile_own_in_background(options)
+    portable.compile_own_in_background(options)
+    assert len(started) == 1
+    command, kwargs = started[0]
+    assert command[1:4] == ["-m", "model.portable", "own"] and kwargs["start_new_session"]
+    assert kwargs["env"][portable.USE] == "0" and callable(kwargs["preexec_fn"])
+    for env in ({portable.BACKGROUND: "0"}, {"CI": "true"}):
+        (tmp_path / "graphs" / ".compiling-own-graph").unlink(missing_ok=True)
+        with monkeypatch.context() as m:
+            for key, value in env.items():
+                m.setenv(key, value)
+            portable.compile_own_in_background(options)
+        assert len(started) == 1, env
