@@ -1,0 +1,161 @@
+"""The app and the first steps on an emulated Arm CPU (aarch64 Linux): a check run by hand.
+
+Not a pytest module: it needs an emulator and an hour or more of it. On an x86-64
+Linux machine where you are root, with Debian's package archive and PyPI at hand:
+
+    python3.13 tests/arm_under_qemu.py setup    # ~2 min: an aarch64 Python 3.13, MAX's aarch64 wheels, QEMU
+    python3.13 tests/arm_under_qemu.py run      # the demo's greedy text at float32, q8_0, q4_0; steps 01-03
+
+``setup`` puts everything under ``$ARM_ROOT`` (default /tmp/arm): Debian trixie's
+arm64 ``python3.13`` and the libraries it needs, unpacked into a root folder
+(``apt-get download`` with the arm64 architecture and a lists folder of its own:
+the machine's apt state is not touched); this project's dependencies as
+aarch64 wheels installed into one folder (gpu/kit.py's download, for
+``--arch aarch64 --python 3.13``); Debian's ``qemu-user-static``; and a
+binfmt_misc entry, so that the aarch64 programs MAX starts (its compiler, ``mojo``)
+run under QEMU too. ``run`` runs the app there, each precision in a process of
+its own with a cache folder of its own (``$ARM_ROOT/cache``), and compares its
+greedy text with the one this machine's native build writes (q4_0 packs bands of
+8 rows on Arm, against 16 or 32 on x86: model/cpu.py); then checks steps 01-03
+with the solutions. Times are the emulator's, not Arm's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ARM = Path(os.environ.get("ARM_ROOT", "/tmp/arm"))
+PROMPT = "And it came to pass"
+DTYPES = ("float32", "q8_0", "q4_0")
+DEBIAN = "deb http://deb.debian.org/debian trixie main"  # the first Debian with Python 3.13
+# aarch64 ELF executables, as Debian's qemu-user-static registers them.
+MAGIC = r"\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00"
+MASK = r"\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff"
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+
+
+def apt(*args: str) -> list[str]:
+    """apt-get / apt-cache options for arm64 packages, with state of their own under ARM."""
+    lists, cache = ARM / "apt" / "lists", ARM / "apt" / "cache"
+    (lists / "partial").mkdir(parents=True, exist_ok=True)
+    (cache / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+    (ARM / "apt" / "sources.list").write_text(DEBIAN + "\n")
+    options = {"APT::Architecture": "arm64", "APT::Architectures": "arm64", "Dir::State::Lists": lists,
+               "Dir::Etc::SourceList": ARM / "apt" / "sources.list", "Dir::Etc::SourceParts": "/nonexistent",
+               "Dir::Cache": cache}
+    return [*args, *(x for key, value in options.items() for x in ("-o", f"{key}={value}"))]
+
+
+def setup() -> int:
+    subprocess.run(apt("apt-get", "update", "-q"), check=True)
+    wanted = ["python3.13", "python3.13-venv", "libstdc++6", "libgomp1", "libatomic1", "zlib1g", "libncurses6"]
+    tree = subprocess.run(apt("apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+                              "--no-breaks", "--no-replaces", "--no-enhances", "--no-pre-depends", *wanted),
+                          check=True, capture_output=True, text=True).stdout
+    packages = sorted({line for line in tree.splitlines() if line and not line.startswith((" ", "<"))})
+    debs = ARM / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    subprocess.run(apt("apt-get", "download", "-q", *packages), check=True, cwd=debs)
+    root = ARM / "root"
+    for deb in sorted(debs.glob("*.deb")):
+        subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
+    for link in ("lib", "bin"):  # merged /usr: base-files would make these
+        if not (root / link).exists():
+            (root / link).symlink_to(f"usr/{link}")
+    subprocess.run(["apt-get", "download", "-q", "qemu-user-static"], check=True, cwd=ARM)
+    subprocess.run(["dpkg", "-x", str(next(ARM.glob("qemu-user-static_*.deb"))), str(ARM / "qemu")], check=True)
+    site()
+    register()
+    machine = subprocess.run([str(python()), "-c", "import platform; print(platform.machine())"], env=arm_env(),
+                             capture_output=True, text=True).stdout.strip()
+    print(f"ready: {python()} runs as {machine}")
+    return 0
+
+
+def site() -> None:
+    """This project's dependencies as aarch64 wheels, installed into ARM/site."""
+    sys.path.insert(0, str(ROOT))
+    from gpu import kit
+
+    target = kit.platform_args("3.13", "aarch64")
+    wheels = ARM / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    resolved, alone = kit.requirements()
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheels), *target]
+    subprocess.run([*pip, *resolved], check=True)
+    subprocess.run([*pip, "--no-deps", *alone], check=True)
+    shutil.rmtree(ARM / "site", ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+                    "--target", str(ARM / "site"), *target, *map(str, sorted(wheels.glob("*.whl")))], check=True)
+
+
+def register() -> None:
+    """aarch64 executables run by QEMU, for the programs MAX starts (binfmt_misc; root)."""
+    entry = BINFMT / "qemu-aarch64"
+    if entry.exists():
+        return
+    qemu = ARM / "qemu" / "usr" / "bin" / "qemu-aarch64-static"
+    (BINFMT / "register").write_text(f":qemu-aarch64:M::{MAGIC}:{MASK}:{qemu}:F")
+
+
+def python() -> Path:
+    return ARM / "root" / "usr" / "bin" / "python3.13"
+
+
+def arm_env() -> dict[str, str]:
+    return dict(os.environ, QEMU_LD_PREFIX=str(ARM / "root"), QEMU_CPU="max", PYTHONUNBUFFERED="1",
+                PYTHONPATH=os.pathsep.join([str(ARM / "site"), str(ROOT)]), XDG_CACHE_HOME=str(ARM / "cache"))
+
+
+def greedy(python_path: str, dtype: str, env: dict) -> tuple[dict, float]:
+    start = time.perf_counter()
+    done = subprocess.run([python_path, "-m", "model", "--model", "demo", "--dtype", dtype, "--temperature", "0",
+                           "--max-new-tokens", "12", "--json", PROMPT], capture_output=True, text=True, env=env,
+                          cwd=ROOT)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1:] or ["?"]}, time.perf_counter() - start
+    return json.loads(done.stdout.strip().splitlines()[-1]), time.perf_counter() - start
+
+
+def run() -> int:
+    if not (BINFMT / "qemu-aarch64").exists():
+        register()
+    failures = 0
+    for dtype in DTYPES:
+        here, _ = greedy(sys.executable, dtype, dict(os.environ))
+        there, seconds = greedy(str(python()), dtype, arm_env())
+        same = "text" in there and there["tokens"] == here["tokens"]
+        failures += not same
+        native = "" if same else f" / x86-64: {here.get('text', here)!r}"
+        print(f"{dtype:8} aarch64 {'same' if same else 'DIFFERENT'} ({seconds:.0f} s): {there.get('text', there)!r}"
+              f"{native}", flush=True)
+    for step in ("01", "02", "03"):
+        start = time.perf_counter()
+        done = subprocess.run([str(python()), "-m", "checker", step, "--solution"], capture_output=True, text=True,
+                              env=arm_env(), cwd=ROOT)
+        failures += done.returncode != 0
+        last = (done.stdout.strip().splitlines() or ["?"])[-1]
+        print(f"step {step}  aarch64 {'passed' if done.returncode == 0 else 'FAILED'} "
+              f"({time.perf_counter() - start:.0f} s): {last}", flush=True)
+    return 1 if failures else 0
+
+
+def main() -> int:
+    command = sys.argv[1:2]
+    if command == ["setup"]:
+        return setup()
+    if command == ["run"]:
+        return run()
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
