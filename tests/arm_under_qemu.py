@@ -11,9 +11,10 @@ arm64 ``python3.13`` and the libraries it needs, unpacked into a root folder
 (``apt-get download`` with the arm64 architecture and a lists folder of its own:
 the machine's apt state is not touched); this project's dependencies as
 aarch64 wheels installed into one folder (gpu/kit.py's download, for
-``--arch aarch64 --python 3.13``); Debian's ``qemu-user-static``; and a
+``--arch aarch64 --python 3.13``); Debian's ``qemu-user-static``; a
 binfmt_misc entry, so that the aarch64 programs MAX starts (its compiler, ``mojo``)
-run under QEMU too. ``run`` runs the app there, each precision in a process of
+run under QEMU too; and Debian's aarch64 cross linker (installed on this machine),
+which ``mojo build`` reaches as ``cc``. ``run`` runs the app there, each precision in a process of
 its own with a cache folder of its own (``$ARM_ROOT/cache``), and compares its
 greedy text with the one this machine's native build writes (q4_0 packs bands of
 8 rows on Arm, against 16 or 32 on x86: model/cpu.py); then checks steps 01-03
@@ -39,6 +40,7 @@ DEBIAN = "deb http://deb.debian.org/debian trixie main"  # the first Debian with
 MAGIC = r"\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00"
 MASK = r"\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff"
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
+CPU = "neoverse-n1"  # AWS Graviton2, Ampere Altra: QEMU_CPU
 
 
 def apt(*args: str) -> list[str]:
@@ -47,7 +49,7 @@ def apt(*args: str) -> list[str]:
     (lists / "partial").mkdir(parents=True, exist_ok=True)
     (cache / "archives" / "partial").mkdir(parents=True, exist_ok=True)
     (ARM / "apt" / "sources.list").write_text(DEBIAN + "\n")
-    options = {"APT::Architecture": "arm64", "APT::Architectures": "arm64", "Dir::State::Lists": lists,
+    options = {"APT::Architecture": "arm64", "APT::Architectures": "arm64,amd64", "Dir::State::Lists": lists,
                "Dir::Etc::SourceList": ARM / "apt" / "sources.list", "Dir::Etc::SourceParts": "/nonexistent",
                "Dir::Cache": cache}
     return [*args, *(x for key, value in options.items() for x in ("-o", f"{key}={value}"))]
@@ -69,8 +71,11 @@ def setup() -> int:
     for link in ("lib", "bin"):  # merged /usr: base-files would make these
         if not (root / link).exists():
             (root / link).symlink_to(f"usr/{link}")
-    subprocess.run(["apt-get", "download", "-q", "qemu-user-static"], check=True, cwd=ARM)
-    subprocess.run(["dpkg", "-x", str(next(ARM.glob("qemu-user-static_*.deb"))), str(ARM / "qemu")], check=True)
+    # QEMU 10 (trixie's qemu-user, static): it shows the emulated CPU's /proc/cpuinfo. Bookworm's 7.2
+    # shows the x86 host's, where MAX sees no float16 on the CPU and refuses q8_0's graph.
+    subprocess.run(apt("apt-get", "download", "-q", "qemu-user:amd64"), check=True, cwd=ARM)
+    subprocess.run(["dpkg", "-x", str(next(ARM.glob("qemu-user_*.deb"))), str(ARM / "qemu")], check=True)
+    subprocess.run(["apt-get", "install", "-y", "-q", "gcc-aarch64-linux-gnu", "g++-aarch64-linux-gnu"], check=True)
     site()
     register()
     machine = subprocess.run([str(python()), "-c", "import platform; print(platform.machine())"], env=arm_env(),
@@ -101,8 +106,22 @@ def register() -> None:
     entry = BINFMT / "qemu-aarch64"
     if entry.exists():
         return
-    qemu = ARM / "qemu" / "usr" / "bin" / "qemu-aarch64-static"
+    qemu = ARM / "qemu" / "usr" / "bin" / "qemu-aarch64"
     (BINFMT / "register").write_text(f":qemu-aarch64:M::{MAGIC}:{MASK}:{qemu}:F")
+
+
+def cross_tools() -> Path:
+    """A folder of cc, gcc, ld, ... naming Debian's aarch64 cross tools (apt-get install
+    gcc-aarch64-linux-gnu g++-aarch64-linux-gnu), which run natively."""
+    folder = ARM / "xbin"
+    folder.mkdir(parents=True, exist_ok=True)
+    tools = {"cc": "gcc", "c++": "g++", **{t: t for t in ("gcc", "g++", "ld", "ar", "as", "nm", "objcopy", "strip",
+                                                            "ranlib")}}
+    for name, tool in tools.items():
+        link = folder / name
+        if not link.exists():
+            link.symlink_to(f"/usr/bin/aarch64-linux-gnu-{tool}")
+    return folder
 
 
 def python() -> Path:
@@ -110,7 +129,10 @@ def python() -> Path:
 
 
 def arm_env() -> dict[str, str]:
-    return dict(os.environ, QEMU_LD_PREFIX=str(ARM / "root"), QEMU_CPU="max", PYTHONUNBUFFERED="1",
+    """The emulated processes' environment: Arm's linker first on PATH (``mojo build`` links
+    through ``cc``; the x86 one fails on aarch64 objects: Debian's gcc-aarch64-linux-gnu)."""
+    return dict(os.environ, QEMU_LD_PREFIX=str(ARM / "root"), QEMU_CPU=CPU, PYTHONUNBUFFERED="1",
+                PATH=os.pathsep.join([str(cross_tools()), os.environ.get("PATH", "")]),
                 PYTHONPATH=os.pathsep.join([str(ARM / "site"), str(ROOT)]), XDG_CACHE_HOME=str(ARM / "cache"))
 
 
