@@ -66,7 +66,7 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     config = checkpoint.config_as(config_class(options.impl))
     if options.attention_layer is not None and not 0 <= options.attention_layer < config.n_layer:
         raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
-    graph_config = replace(config, vocab_size=graph_vocab(config.vocab_size, placement))  # a GPU's head is wider
+    graph_config = as_in_graph(config, placement)  # a GPU's head is wider
     name = saved_graphs.graph_name(options, graph_config)
     if not saved_graphs.is_saved(name):  # the demo's graph may have come with the project
         name = portable.saved_name(options, graph_config, lambda: traced_graph(config, options)) or name
@@ -122,8 +122,8 @@ def traced_graph(config, options: BuildOptions):
     from model.graph import build_lm, trace_graph, wrap
 
     kit = course(options.impl)
-    graph_config = replace(config, vocab_size=graph_vocab(config.vocab_size, options.placement))
-    return trace_graph(wrap(build_lm(kit, graph_config, options), kit, options, config.vocab_size), config, options)
+    lm = build_lm(kit, as_in_graph(config, options.placement), options)
+    return trace_graph(wrap(lm, kit, options, config.vocab_size), config, options)
 
 
 # The LM head's output width on a GPU: GPT-2's 50257 (odd) rounded up to a
@@ -137,6 +137,11 @@ def graph_vocab(vocab_size: int, placement) -> int:
     """The LM head's width in the graph built for ``placement``."""
     multiple = VOCAB_MULTIPLE.get(placement.kind, 1)
     return -(-vocab_size // multiple) * multiple
+
+
+def as_in_graph(config, placement):
+    """``config`` as the graph built for ``placement`` is shaped: its head ``graph_vocab`` rows wide."""
+    return replace(config, vocab_size=graph_vocab(config.vocab_size, placement))
 
 
 def with_vocab_rows(state: dict, width: int) -> dict:

@@ -14,6 +14,7 @@ output the graph compiler may fuse with the op that follows).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 # --- The eager interpreter's compile events (the checker's compile notices) -------------------
@@ -33,6 +34,50 @@ def eager_policy():
     if not all(hasattr(module, name) for name in ("allow_lazy_compile", "record_cold_compile")):
         return None
     return module
+
+
+# max._interpreter_ops.gc_compile: each eager op family keeps its compiled kernels in a dict,
+# ``GCOpFamily.cache`` (key: the family's name for one op, device and dtypes, e.g.
+# ``gather_GatherOp_cpu_0_uint32_int64``), and looks there before anything else (its
+# ``model_for``). A kernel compiled for a named CPU level, exported as a MEF (``Model._export_mef``)
+# and loaded back into that dict with the family's own session (``session_for``), is used as it
+# is on any CPU with the level's features. Not MAX's disk cache: its keys include the host CPU's
+# model even under a named target (checker/eager_kernels ships the kernels this way).
+EAGER_FAMILIES = "max._interpreter_ops.gc_compile"
+
+
+def eager_kernels() -> list[tuple[str, str, Any]]:
+    """(family, key, model) of every eager kernel this process holds."""
+    import importlib
+
+    import max._interpreter_ops  # noqa: F401  (imports every family, which registers itself)
+
+    families = importlib.import_module(EAGER_FAMILIES)
+    return [(family.name, key, model) for family in families.registered_families() for key, model in family.cache.items()]
+
+
+def export_eager_kernel(model, path: Path) -> None:
+    """One eager kernel as a MEF file."""
+    model._export_mef(str(path))
+
+
+def preload_eager_kernels(kernels: list[tuple[str, Path]]) -> int:
+    """Load (family, MEF file) kernels into their families, where the eager
+    interpreter finds them before compiling; the number loaded."""
+    import importlib
+
+    import max._interpreter_ops  # noqa: F401
+    from max.driver import CPU
+
+    families = importlib.import_module(EAGER_FAMILIES)
+    by_name = {family.name: family for family in families.registered_families()}
+    session = families.session_for(CPU())
+    loaded = 0
+    for name, path in kernels:
+        if name in by_name:
+            by_name[name].cache.update(session.load_all(str(path), weights_registry={}))
+            loaded += 1
+    return loaded
 
 
 # --- The server --------------------------------------------------------------------------------

@@ -53,13 +53,15 @@ def step(request) -> str:
     return request.param
 
 
-def run_python(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run this interpreter in a child process from the repository root.
+def run_python(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run this interpreter in a child process from the repository root
+    (in ``env`` when given, else in this process's environment).
 
     The environment is passed explicitly: once MAX has run an eager op, its
     native runtime has set PYTHONEXECUTABLE and PYTHONPATH in the C-level
     environment (not in os.environ), and a child that inherits them no longer
     finds the virtual environment's packages."""
     return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=dict(os.environ)
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        env=dict(os.environ) if env is None else env,
     )

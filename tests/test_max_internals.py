@@ -27,6 +27,18 @@ def test_the_eager_interpreter_still_reports_its_compiles():
     assert 0 <= ask < report, "MAX no longer asks before an on-the-fly compile and reports after it"
 
 
+def test_the_eager_families_still_keep_their_kernels_where_the_checker_loads_them():
+    assert isinstance(mi.eager_kernels(), list) and mi.preload_eager_kernels([]) == 0  # imports every family
+    gc_compile = importlib.import_module(mi.EAGER_FAMILIES)
+    families = gc_compile.registered_families()
+    assert families and all(isinstance(family.cache, dict) for family in families)
+    lookup = inspect.getsource(gc_compile.GCOpFamily.model_for)
+    assert lookup.find("self.cache.get(key)") < lookup.find("compile_single_target("), "the cache is no longer asked first"
+    assert "session.load_all" in inspect.getsource(gc_compile.compile_single_target)
+    assert list(inspect.signature(gc_compile.session_for).parameters) == ["device"]
+    assert hasattr(importlib.import_module("max.engine").Model, "_export_mef")
+
+
 def test_the_server_s_entry_and_error_body():
     pipelines, entry = mi.serve_entrypoints()
     assert callable(entry.fastapi_app) and "serve" in pipelines.main.commands

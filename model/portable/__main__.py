@@ -49,20 +49,30 @@ def make(out: Path) -> int:
     digest = traced_digest(options, config)
     version = importlib.metadata.version("max")
     file = f"gpt2-demo-{LEVEL}-max{version}-{digest}.mef.gz"
-    for old in out.glob("*.mef.gz"):
-        old.unlink()
-    out.mkdir(parents=True, exist_ok=True)
-    with open(mef, "rb") as raw, gzip.GzipFile(out / file, "wb", mtime=0) as packed:
-        shutil.copyfileobj(raw, packed)
-    shutil.copy(saved / saved_graphs.MANIFEST, out / saved_graphs.MANIFEST)
+    try:
+        before = json.loads((out / "facts.json").read_text())
+    except (OSError, ValueError):
+        before = {}
+    # The same graph (its name holds the traced body's digest) compiles to other bytes each time:
+    # the file already there is kept, so that git's history does not grow by one at each make.
+    same = before.get("file") == file and before.get("mef") == entry["key"] and (out / file).is_file()
+    if not same:
+        for old in out.glob("*.mef.gz"):
+            old.unlink()
+        out.mkdir(parents=True, exist_ok=True)
+        with open(mef, "rb") as raw, gzip.GzipFile(out / file, "wb", mtime=0) as packed:
+            shutil.copyfileobj(raw, packed)
+        shutil.copy(saved / saved_graphs.MANIFEST, out / saved_graphs.MANIFEST)
     facts = {"max": version, "level": LEVEL, "target": TARGET, "graph": digest, "config": config_facts(config),
              "sources": saved_graphs.sources_digest(options.impl), "file": file, "mef": entry["key"],
-             "mef_bytes": mef.stat().st_size, "build": json.loads((saved / saved_graphs.FACTS).read_text()),
+             "mef_bytes": before["mef_bytes"] if same else mef.stat().st_size,
+             "build": json.loads((saved / saved_graphs.FACTS).read_text()),
              "made_by": "python -m model.portable make"}
     (out / "facts.json").write_text(json.dumps(facts, indent=1) + "\n")
     write_notice(out, version)
     print(f"{out / file}: {mef.stat().st_size / 1e6:.2f} MB compiled for {LEVEL}, "
-          f"{(out / file).stat().st_size / 1e6:.2f} MB gzipped; {gpt2.compile_seconds:.1f} s to compile")
+          f"{(out / file).stat().st_size / 1e6:.2f} MB gzipped; {gpt2.compile_seconds:.1f} s to compile"
+          + ("; the same graph as the file already there, which is kept" if same else ""))
     return 0
 
 
@@ -72,14 +82,16 @@ ATTRIBUTION = ("MAX is licensed by Modular Inc under the Modular MAX Community L
                "FROM, OUT OF OR IN CONNECTION WITH USE OF MAX OR ANY DERIVATIVE WORK THEREOF.")
 
 
-def write_notice(out: Path, version: str) -> None:
-    """The compiled graph holds MAX's kernels in object code: the licence's
+def write_notice(out: Path, version: str, what: str = "The compiled graph in this folder was made by "
+                 "`python -m model.portable make`") -> None:
+    """A compiled file holds MAX's kernels in object code: the licence's
     terms (section 1.1.3: displayed with each copy) and its attribution
-    (1.1.4) go beside it, the terms copied from the installed MAX."""
+    (1.1.4) go beside it, the terms copied from the installed MAX.
+    ``what``: which file it is and the command that made it."""
     terms = importlib.metadata.distribution("max").read_text("LICENSE") or ""
     (out / "MAX-LICENSE.txt").write_text(terms)
     (out / "NOTICE").write_text(
-        f"The compiled graph in this folder was made by `python -m model.portable make` with MAX {version}\n"
+        f"{what} with MAX {version}\n"
         "and contains MAX's kernels in object code, distributed under the terms in MAX-LICENSE.txt.\n\n"
         + ATTRIBUTION + "\n")
 
