@@ -48,12 +48,11 @@ EAGER_FAMILIES = "max._interpreter_ops.gc_compile"
 
 def eager_kernels() -> list[tuple[str, str, Any]]:
     """(family, key, model) of every eager kernel this process holds."""
-    import importlib
-
     import max._interpreter_ops  # noqa: F401  (imports every family, which registers itself)
+    from max._interpreter_ops import gc_compile
 
-    families = importlib.import_module(EAGER_FAMILIES)
-    return [(family.name, key, model) for family in families.registered_families() for key, model in family.cache.items()]
+    return [(family.name, key, model) for family in gc_compile.registered_families()
+            for key, model in family.cache.items()]
 
 
 def export_eager_kernel(model, path: Path) -> None:
@@ -64,14 +63,12 @@ def export_eager_kernel(model, path: Path) -> None:
 def preload_eager_kernels(kernels: list[tuple[str, Path]]) -> int:
     """Load (family, MEF file) kernels into their families, where the eager
     interpreter finds them before compiling; the number loaded."""
-    import importlib
-
     import max._interpreter_ops  # noqa: F401
+    from max._interpreter_ops import gc_compile
     from max.driver import CPU
 
-    families = importlib.import_module(EAGER_FAMILIES)
-    by_name = {family.name: family for family in families.registered_families()}
-    session = families.session_for(CPU())
+    by_name = {family.name: family for family in gc_compile.registered_families()}
+    session = gc_compile.session_for(CPU())
     loaded = 0
     for name, path in kernels:
         if name in by_name:

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 from model import caches, cpu
-from model.portable import FEATURES, LEVEL, TARGET
+from model.portable import FEATURES, LEVEL
 
 HERE = Path(__file__).resolve().parent
 ARCHIVE = HERE / f"{LEVEL}.tar.xz"

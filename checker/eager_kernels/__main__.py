@@ -17,8 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from checker.eager_kernels import ARCHIVE, FACTS, HERE, LEVEL, TARGET, USE, shipped_facts, unusable_here
+from checker.eager_kernels import ARCHIVE, FACTS, HERE, LEVEL, USE, shipped_facts, unusable_here
 from model import caches, cpu
+from model.portable import TARGET
 
 ROOT = HERE.parents[1]
 COMPILED_NOTE = "note: this run compiled"  # what the checker prints when a check compiled kernels (checker/maxrun.py)
