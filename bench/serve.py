@@ -7,9 +7,11 @@ Both servers get the same checkpoint (llama.cpp: the float32 GGUF that
 bench/gguf_export.py writes from it), the same threads (all cores), and the
 same request mix: prompts of mixed lengths, a fixed number of new tokens each,
 temperature 0, streamed (so the time to first token is seen as a client sees
-it). For each concurrency (clients sending back to back) it reports
-requests/s, output tokens/s and time to first token p50/p99, and the ratio of
-output tokens/s (ours / llama-server: > 1 means we are faster). One run each:
+it), no prompt sent twice in a round (a server that finds a prompt in its
+cache would skip its prefill: llama-server does by default). For each
+concurrency (clients sending back to back) it reports requests/s, output
+tokens/s and time to first token p50/p99, and the ratio of output tokens/s
+(ours / llama-server: > 1 means we are faster). One run each:
 compare ratios, not absolute figures, on a noisy machine.
 
 Output tokens are what each server says it produced (``usage`` in the last
@@ -90,7 +92,9 @@ def one_request(base: str, model: str, prompt: str, max_tokens: int, tokenizer) 
 
 
 def run_load(base: str, model: str, texts: list[str], max_tokens: int, concurrency: int, tokenizer) -> dict:
-    one_request(base, model, texts[0], 4, tokenizer)  # warm: first-request costs are not throughput
+    """``texts[0]`` once to warm (first-request costs are not throughput), then the rest."""
+    warm, texts = texts[0], texts[1:]
+    one_request(base, model, warm, 4, tokenizer)
     def attempt(text: str) -> dict | None:
         try:
             return one_request(base, model, text, max_tokens, tokenizer)
@@ -164,8 +168,17 @@ def stop(process: subprocess.Popen) -> int | None:
     return process.returncode
 
 
-def measure(name: str, command: list[str], model: str, texts, max_tokens, levels, tokenizer, log: Path,
-            per_client: int = 2) -> list[dict]:
+def level_prompts(tokenizer, levels, lengths, round_number: int, per_client: int = 2) -> dict[int, list[str]]:
+    """For each concurrency, its warm-up prompt and its requests' prompts:
+    no two alike in a round, so that no server skips a prefill by finding the
+    prompt in its cache (llama-server keeps each slot's last prompt and reuses
+    it by default); both servers of a round get the same."""
+    return {c: prompts(tokenizer, 1 + max(16, per_client * c), seed=1 + 1000 * round_number + c, lengths=lengths)
+            for c in levels}
+
+
+def measure(name: str, command: list[str], model: str, texts: dict[int, list[str]], max_tokens, levels, tokenizer,
+            log: Path) -> list[dict]:
     port = free_port()
     command = [part.replace("{port}", str(port)) for part in command]
     base = f"http://127.0.0.1:{port}"
@@ -183,9 +196,7 @@ def measure(name: str, command: list[str], model: str, texts, max_tokens, levels
         print(f"{name}: ready in {ready:.0f} s (log: {log})", file=sys.stderr)
         rows = []
         for c in levels:
-            n = max(16, per_client * c)
-            row = {"server": name, **run_load(base, model, (texts * ((n // len(texts)) + 1))[:n], max_tokens, c,
-                                              tokenizer)}
+            row = {"server": name, **run_load(base, model, texts[c], max_tokens, c, tokenizer)}
             print(json.dumps(row), file=sys.stderr)
             rows.append(row)
         return rows
@@ -267,7 +278,6 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(folder)
     n_positions = read_config(folder).n_positions
     lengths = prompt_lengths(n_positions, args.max_tokens)
-    texts = prompts(tokenizer, len(lengths) * 4, lengths=lengths)
     # Random ids may re-tokenize longer than they were drawn: room for twice the longest.
     window = min(n_positions, 2 * max(lengths) + args.max_tokens + 16)
     logs = caches.folder("bench-serve")
@@ -288,12 +298,12 @@ def main(argv: list[str] | None = None) -> int:
     for number in range(args.rounds):
         if args.rounds > 1:
             print(f"round {number + 1} of {args.rounds}", file=sys.stderr, flush=True)
+        texts = level_prompts(tokenizer, levels, lengths, number, args.requests_per_client)
         ours = measure("max-serve", [sys.executable, "-m", "serve", "--model", str(folder), "--device", args.device,
                                      "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window),
                                      "--linear", args.linear,
                                      *(["--", *args.serve_flag] if args.serve_flag else [])],
-                       str(folder), texts, args.max_tokens, levels, tokenizer, logs / "max-serve.log",
-                       args.requests_per_client)
+                       str(folder), texts, args.max_tokens, levels, tokenizer, logs / "max-serve.log")
         theirs = None  # the baseline's rows: llama-server, or HF generate with --hf-python
         try:  # a baseline that does not start loses its column, not this project's figures
             if bin_dir is not None:
@@ -301,15 +311,13 @@ def main(argv: list[str] | None = None) -> int:
                 theirs = measure("llama-server", [str(Path(bin_dir) / "llama-server"), "-m", str(gguf), "-t", threads,
                                                   "--host", "127.0.0.1", "--port", "{port}", "-np", batch,
                                                   "-c", str(int(batch) * window), "--cont-batching"],
-                                 "model", texts, args.max_tokens, levels, tokenizer, logs / "llama-server.log",
-                                 args.requests_per_client)
+                                 "model", texts, args.max_tokens, levels, tokenizer, logs / "llama-server.log")
             if args.hf_python:
                 cuda = args.device == "gpu"
                 theirs = measure("hf-generate", [args.hf_python, str(ROOT / "bench" / "hf_server.py"), str(folder),
                                                  "--port", "{port}", "--device", "cuda" if cuda else "cpu",
                                                  "--dtype", "bfloat16" if cuda else "float32"],
-                                 str(folder), texts, args.max_tokens, levels, tokenizer, logs / "hf-generate.log",
-                                 args.requests_per_client)
+                                 str(folder), texts, args.max_tokens, levels, tokenizer, logs / "hf-generate.log")
         except SystemExit as exc:
             print(f"{exc}; no baseline this round", file=sys.stderr)
         rounds.append((ours, theirs))

@@ -290,6 +290,24 @@ def test_serve_bench_prompts_are_fixed_and_mixed():
     assert lengths == sorted(lengths) and lengths[0] >= PROMPT_TOKENS[0]
 
 
+def test_serve_bench_never_sends_a_prompt_twice_in_a_round():
+    # The same 16 prompts at every concurrency let llama-server skip their prefill
+    # (its log: "selected slot by LCP similarity, f_sim_best = 1.000", 1 token evaluated):
+    # its time to first token was then a cache hit's.
+    from bench.serve import level_prompts
+    from weights import load_tokenizer
+    from weights.resolve import DEMO
+
+    tokenizer = load_tokenizer(DEMO)
+    first = level_prompts(tokenizer, (1, 8, 32), (4, 8), round_number=0)
+    assert first == level_prompts(tokenizer, (1, 8, 32), (4, 8), round_number=0)  # both servers get the same
+    assert [len(first[c]) for c in (1, 8, 32)] == [17, 17, 65]  # a warm-up prompt, then the requests
+    sent = [text for c in (1, 8, 32) for text in first[c]]
+    assert len(set(sent)) == len(sent)
+    later = level_prompts(tokenizer, (1, 8, 32), (4, 8), round_number=1)
+    assert not set(sent) & {text for texts in later.values() for text in texts}
+
+
 def test_kernels_against_renames_every_op_of_the_other_revision():
     # bench.kernels --against REV loads REV's model/kernels beside this
     # tree's: each of its ops and structs must get the THEN name that
