@@ -54,6 +54,18 @@ def test_they_are_unpacked_once_into_the_project_cache(tmp_path, monkeypatch):
     assert eager_kernels.unpacked(FACTS) == folder and mark.read_bytes() == b"kept"  # not unpacked again
 
 
+def test_damaged_kernels_are_dropped_and_the_checks_compile_as_before(tmp_path, monkeypatch, capsys):
+    if eager_kernels.unusable_here(FACTS):
+        pytest.skip(f"not here: {eager_kernels.unusable_here(FACTS)}")
+    monkeypatch.setenv(eager_kernels.caches.CACHE, str(tmp_path))
+    folder = eager_kernels.unpacked(FACTS)
+    for kernel in FACTS["kernels"]:
+        (folder / kernel["file"]).write_bytes(b"not a MEF")
+    monkeypatch.setattr(eager_kernels, "LOADED", [])
+    assert eager_kernels.use() == 0
+    assert "the shipped kernels were not loaded" in capsys.readouterr().err and not folder.exists()
+
+
 def test_packing_is_the_same_bytes_for_the_same_files(tmp_path):
     files = []
     for name, data in (("b.mef", b"b" * 100), ("a.mef", b"a")):

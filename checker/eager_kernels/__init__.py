@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import shutil
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -86,7 +87,13 @@ def use() -> int:
         else:
             from model.max_internals import preload_eager_kernels
 
-            LOADED.append(preload_eager_kernels([(k["family"], folder / k["file"]) for k in facts["kernels"]]))
+            try:
+                LOADED.append(preload_eager_kernels([(k["family"], folder / k["file"]) for k in facts["kernels"]]))
+            except Exception as exc:  # a damaged file or another MAX inside: the checks compile as before
+                print(f"note: the shipped kernels were not loaded ({type(exc).__name__}: {str(exc)[:120]}); "
+                      f"removing {folder} (the next run unpacks them again)", file=sys.stderr)
+                shutil.rmtree(folder, ignore_errors=True)
+                LOADED.append(0)
     return LOADED[0]
 
 
