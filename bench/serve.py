@@ -177,8 +177,9 @@ def level_prompts(tokenizer, levels, lengths, round_number: int, per_client: int
             for c in levels}
 
 
-def measure(name: str, command: list[str], model: str, texts: dict[int, list[str]], max_tokens, levels, tokenizer,
+def measure(name: str, command: list[str], model: str, texts: dict[int, list[str]], max_tokens, tokenizer,
             log: Path) -> list[dict]:
+    """Start ``command`` and load it at each concurrency of ``texts`` (its prompts, level_prompts)."""
     port = free_port()
     command = [part.replace("{port}", str(port)) for part in command]
     base = f"http://127.0.0.1:{port}"
@@ -195,8 +196,8 @@ def measure(name: str, command: list[str], model: str, texts: dict[int, list[str
             raise SystemExit(f"bench.serve: {exc}; the last lines of {log}:\n{tail}") from None
         print(f"{name}: ready in {ready:.0f} s (log: {log})", file=sys.stderr)
         rows = []
-        for c in levels:
-            row = {"server": name, **run_load(base, model, texts[c], max_tokens, c, tokenizer)}
+        for c, level_texts in texts.items():
+            row = {"server": name, **run_load(base, model, level_texts, max_tokens, c, tokenizer)}
             print(json.dumps(row), file=sys.stderr)
             rows.append(row)
         return rows
@@ -303,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window),
                                      "--linear", args.linear,
                                      *(["--", *args.serve_flag] if args.serve_flag else [])],
-                       str(folder), texts, args.max_tokens, levels, tokenizer, logs / "max-serve.log")
+                       str(folder), texts, args.max_tokens, tokenizer, logs / "max-serve.log")
         theirs = None  # the baseline's rows: llama-server, or HF generate with --hf-python
         try:  # a baseline that does not start loses its column, not this project's figures
             if bin_dir is not None:
@@ -311,13 +312,13 @@ def main(argv: list[str] | None = None) -> int:
                 theirs = measure("llama-server", [str(Path(bin_dir) / "llama-server"), "-m", str(gguf), "-t", threads,
                                                   "--host", "127.0.0.1", "--port", "{port}", "-np", batch,
                                                   "-c", str(int(batch) * window), "--cont-batching"],
-                                 "model", texts, args.max_tokens, levels, tokenizer, logs / "llama-server.log")
+                                 "model", texts, args.max_tokens, tokenizer, logs / "llama-server.log")
             if args.hf_python:
                 cuda = args.device == "gpu"
                 theirs = measure("hf-generate", [args.hf_python, str(ROOT / "bench" / "hf_server.py"), str(folder),
                                                  "--port", "{port}", "--device", "cuda" if cuda else "cpu",
                                                  "--dtype", "bfloat16" if cuda else "float32"],
-                                 str(folder), texts, args.max_tokens, levels, tokenizer, logs / "hf-generate.log")
+                                 str(folder), texts, args.max_tokens, tokenizer, logs / "hf-generate.log")
         except SystemExit as exc:
             print(f"{exc}; no baseline this round", file=sys.stderr)
         rounds.append((ours, theirs))

@@ -13,6 +13,8 @@ from conftest import run_python
 
 from checker import eager_kernels
 from checker.eager_kernels.__main__ import COMPILED_NOTE, empty_caches_env, pack
+from model import cpu
+from model.portable import FEATURES
 
 FACTS = eager_kernels.shipped_facts()
 
@@ -30,8 +32,8 @@ def test_the_archive_holds_the_indexed_kernels_and_the_licence():
 def test_a_cpu_or_max_they_cannot_serve_is_told_why(monkeypatch):
     for name in (eager_kernels.USE, "MAX_EAGER_EXECUTOR"):
         monkeypatch.delenv(name, raising=False)
-    every = frozenset(eager_kernels.FEATURES)
-    if eager_kernels.cpu.is_x86():
+    every = frozenset(FEATURES)
+    if cpu.is_x86():
         assert eager_kernels.unusable_here(FACTS, every) == ""
         assert "avx2" in eager_kernels.unusable_here(FACTS, frozenset({"sse4_2", "avx"}))
     assert "MAX 0.0" in eager_kernels.unusable_here({**FACTS, "max": "0.0"}, every)
@@ -61,8 +63,9 @@ def test_damaged_kernels_are_dropped_and_the_checks_compile_as_before(tmp_path, 
     folder = eager_kernels.unpacked(FACTS)
     for kernel in FACTS["kernels"]:
         (folder / kernel["file"]).write_bytes(b"not a MEF")
-    monkeypatch.setattr(eager_kernels, "LOADED", [])
+    eager_kernels.use.cache_clear()
     assert eager_kernels.use() == 0
+    eager_kernels.use.cache_clear()
     assert "the shipped kernels were not loaded" in capsys.readouterr().err and not folder.exists()
 
 

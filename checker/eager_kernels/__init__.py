@@ -25,19 +25,18 @@ turns this off.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import importlib.metadata
 import json
 import os
-import platform
 import shutil
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-from model import caches, cpu
-from model.portable import FEATURES, LEVEL
+from model import caches
+from model.portable import LEVEL, cannot_run
 
 HERE = Path(__file__).resolve().parent
 ARCHIVE = HERE / f"{LEVEL}.tar.xz"
@@ -61,40 +60,27 @@ def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None) -
         return f"{USE}=0"
     if os.environ.get("MAX_EAGER_EXECUTOR"):
         return "MAX_EAGER_EXECUTOR is set"  # another executor: the interpreter's kernels may not be what runs
-    version = importlib.metadata.version("max")
-    if facts["max"] != version:
-        return f"they were made with MAX {facts['max']}, this is MAX {version}"
-    if not cpu.is_x86():
-        return f"they are x86-64 code, this CPU is {platform.machine()}"
-    lacking = [flag for flag in FEATURES if flag not in (cpu.flags() if cpu_flags is None else cpu_flags)]
-    if lacking:
-        return f"this CPU lacks {', '.join(lacking)} ({LEVEL} needs them)"
-    return ""
+    return cannot_run(facts["max"], cpu_flags)
 
 
-LOADED: list[int] = []  # how many use() loaded, once it has run in this process
-
-
+@functools.cache
 def use() -> int:
     """Load the shipped kernels into MAX's eager interpreter when they can
     serve here (once a process); the number loaded (0 when none). Nothing is
     compiled."""
-    if not LOADED:
-        facts = shipped_facts()
-        folder = None if unusable_here(facts) else unpacked(facts)
-        if folder is None:
-            LOADED.append(0)
-        else:
-            from model.max_internals import preload_eager_kernels
+    facts = shipped_facts()
+    folder = None if unusable_here(facts) else unpacked(facts)
+    if folder is None:
+        return 0
+    from model.max_internals import preload_eager_kernels
 
-            try:
-                LOADED.append(preload_eager_kernels([(k["family"], folder / k["file"]) for k in facts["kernels"]]))
-            except Exception as exc:  # a damaged file or another MAX inside: the checks compile as before
-                print(f"note: the shipped kernels were not loaded ({type(exc).__name__}: {str(exc)[:120]}); "
-                      f"removing {folder} (the next run unpacks them again)", file=sys.stderr)
-                shutil.rmtree(folder, ignore_errors=True)
-                LOADED.append(0)
-    return LOADED[0]
+    try:
+        return preload_eager_kernels([(k["family"], folder / k["file"]) for k in facts["kernels"]])
+    except Exception as exc:  # a damaged file or another MAX inside: the checks compile as before
+        print(f"note: the shipped kernels were not loaded ({type(exc).__name__}: {str(exc)[:120]}); "
+              f"removing {folder} (the next run unpacks them again)", file=sys.stderr)
+        shutil.rmtree(folder, ignore_errors=True)
+        return 0
 
 
 def unpacked(facts: dict) -> Path | None:

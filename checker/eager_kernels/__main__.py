@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,19 +17,18 @@ import time
 from pathlib import Path
 
 from checker.eager_kernels import ARCHIVE, FACTS, HERE, LEVEL, USE, shipped_facts, unusable_here
-from model import caches, cpu
 from model.portable import TARGET
+from model.portable import __main__ as portable_make
 
 ROOT = HERE.parents[1]
 COMPILED_NOTE = "note: this run compiled"  # what the checker prints when a check compiled kernels (checker/maxrun.py)
 
 
 def empty_caches_env(folder: Path, **more: str) -> dict[str, str]:
-    """This environment with MAX's cache and the project's cache in ``folder`` (empty)."""
-    env = dict(os.environ, MODULAR_CACHE_DIR=str(folder / "modular"), **{caches.CACHE: str(folder / "project")},
-               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), **more)
-    for name in (cpu.ENV, "MAX_EAGER_EXECUTOR"):
-        env.pop(name, None)
+    """model/portable's child environment, and MAX's default eager executor
+    (the shipped kernels are the interpreter's)."""
+    env = portable_make.empty_caches_env(folder, **more)
+    env.pop("MAX_EAGER_EXECUTOR", None)
     return env
 
 
@@ -93,9 +91,8 @@ def make_here() -> int:
     facts = {"max": version, "level": LEVEL, "target": TARGET, "made_by": "python -m checker.eager_kernels make",
              "first_checks_in_one_process": steps, "mef_bytes": unpacked_bytes, "kernels": kernels}
     FACTS.write_text(json.dumps(facts, indent=1) + "\n")
-    from model.portable.__main__ import write_notice
-
-    write_notice(HERE, version, f"The kernels in {ARCHIVE.name} were made by `python -m checker.eager_kernels make`")
+    portable_make.write_notice(HERE, version,
+                               f"The kernels in {ARCHIVE.name} were made by `python -m checker.eager_kernels make`")
     print(f"{ARCHIVE.relative_to(ROOT)}: {len(kernels)} kernels compiled for {LEVEL} in "
           f"{sum(s['compile_seconds'] for s in steps):.0f} s, {unpacked_bytes / 1e6:.1f} MB of MEF files, "
           f"{ARCHIVE.stat().st_size / 1e3:.0f} kB packed")

@@ -99,14 +99,21 @@ def unusable_here(facts: dict, cpu_flags: frozenset[str] | None = None) -> str:
         return f"{caches.SAVED_GRAPHS}=0"
     if os.environ.get(cpu.ENV, "auto") != "auto":
         return f"{cpu.ENV} is set"
+    return cannot_run(facts["max"], cpu_flags)
+
+
+def cannot_run(made_with: str, cpu_flags: frozenset[str] | None = None) -> str:
+    """Why code that MAX ``made_with`` compiled for LEVEL cannot run in this
+    process (the shipped graph, the checker's shipped kernels), in words; ""
+    when it can. The CPU's features come from /proc/cpuinfo (or ``cpu_flags``)."""
     version = importlib.metadata.version("max")
-    if facts["max"] != version:
-        return f"it was made with MAX {facts['max']}, this is MAX {version}"
+    if made_with != version:
+        return f"made with MAX {made_with}, this is MAX {version}"
     if not cpu.is_x86():
-        return f"it is x86-64 code, this CPU is {platform.machine()}"
+        return f"x86-64 code, this CPU is {platform.machine()}"
     lacking = [flag for flag in FEATURES if flag not in (cpu.flags() if cpu_flags is None else cpu_flags)]
     if lacking:
-        return f"this CPU lacks {', '.join(lacking)} ({facts['level']} needs them)"
+        return f"this CPU lacks {', '.join(lacking)} ({LEVEL} needs them)"
     return ""
 
 

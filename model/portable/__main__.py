@@ -20,6 +20,16 @@ from model import caches, cpu, saved_graphs
 from model.portable import LEVEL, MODEL, ROOT, SHIPPED, TARGET, config_facts, graph_digest, shipped_facts
 
 
+def empty_caches_env(folder: Path, **more: str) -> dict[str, str]:
+    """This environment with MAX's cache and the project's cache in ``folder``
+    (empty), the project importable, no kernel path forced: where the make
+    commands (this one, checker/eager_kernels') run their child."""
+    env = dict(os.environ, MODULAR_CACHE_DIR=str(folder / "modular"), **{caches.CACHE: str(folder / "project")},
+               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), **more)
+    env.pop(cpu.ENV, None)
+    return env
+
+
 def traced_digest(options, config) -> str:
     """``graph_digest`` of the graph this code builds for ``options`` (traced, not compiled)."""
     from model.gpt2 import traced_graph
@@ -146,10 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.here:
         return make(args.out)
     with tempfile.TemporaryDirectory(prefix="gpt2-portable-") as empty:
-        env = dict(os.environ, MODULAR_CACHE_DIR=str(Path(empty) / "modular"),
-                   **{caches.CACHE: str(Path(empty) / "project")},
-                   PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        env.pop(cpu.ENV, None)
+        env = empty_caches_env(Path(empty))
         command = [sys.executable, "-m", "model.portable", "make", "--here", "--out", str(args.out.resolve())]
         return subprocess.run(command, env=env, cwd=ROOT).returncode
 
