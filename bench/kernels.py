@@ -97,7 +97,7 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
                 weights.append(np.empty((padded_rows(out_dim), in_dim // 32 * 18), np.uint8))
             elif per == 2:
                 weights += [np.empty((tiles, in_dim * Q8_0_TILE), np.int8),
-                            np.empty((tiles, in_dim * Q8_0_TILE // 32), np.float16)]
+                            np.empty((tiles, in_dim * Q8_0_TILE // 32), np.uint16)]  # float16 bits (interleave_q8_0)
             else:
                 weights.append(np.empty((out_dim, in_dim), np.float32))
     types = [TensorType(DType.float32, [rows, shapes[0][1]], device=cpu)]

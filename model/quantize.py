@@ -189,14 +189,18 @@ def interleave_q8_0(codes: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, 
     """Q8_0 codes [N, K] and scales [N, K / 32] -> the layout model/kernels'
     op reads: rows padded with zeros to whole tiles of Q8_0_TILE; codes
     [tiles, K * 8] (per tile and step of 64 weights, the 8 rows' 64 codes
-    back to back), scales [tiles, K / 4] (per step, the 8 rows' 2 scales)."""
+    back to back), scales [tiles, K / 4] (per step, the 8 rows' 2 scales) as
+    their float16 bits, uint16: MAX 26.7 refuses a float16 tensor in a graph
+    compiled for an Arm CPU ("The f16 data type is not supported on device
+    'cpu:0'"), so the op takes the bits and reads them as float16 itself."""
     n, k = codes.shape
     tiles = -(-n // Q8_0_TILE)
     steps = k // Q8_0_WIDTH_MULTIPLE
     codes = np.pad(codes, ((0, tiles * Q8_0_TILE - n), (0, 0)))
     scales = np.pad(scales, ((0, tiles * Q8_0_TILE - n), (0, 0)))
     return (np.ascontiguousarray(codes.reshape(tiles, Q8_0_TILE, steps, -1).transpose(0, 2, 1, 3)).reshape(tiles, -1),
-            np.ascontiguousarray(scales.reshape(tiles, Q8_0_TILE, steps, -1).transpose(0, 2, 1, 3)).reshape(tiles, -1))
+            np.ascontiguousarray(scales.reshape(tiles, Q8_0_TILE, steps, -1).transpose(0, 2, 1, 3))
+            .reshape(tiles, -1).astype(np.float16).view(np.uint16))
 
 
 def _inverse(a: np.ndarray) -> np.ndarray:

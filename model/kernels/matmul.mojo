@@ -18,7 +18,7 @@
 #
 #   few_rows_matmul_f32   x [M, K] f32, W [N, K] f32             -> y [M, N] f32
 #   few_rows_matmul_q8_0  x [M, K] f32, W codes [T, K * 8] int8,
-#                         W scales [T, K / 4] f16                -> y [M, N] f32
+#                         W scales [T, K / 4] f16 bits (uint16)  -> y [M, N] f32
 #                         (T = ceil(N / 8) tiles, interleaved: below)
 #
 # Q8_0 is GGUF's 8-bit format: every 32 consecutive weights of a row share
@@ -30,6 +30,8 @@
 # 32-byte load). The last tile is padded with zero rows. Why: reading 8
 # rows of [N, K] at once is 8 streams K bytes apart, one stream per tile
 # reads much faster (model/quantize.py's interleave_q8_0 makes the layout).
+# The scales arrive as uint16, their float16 bits: MAX 26.7 refuses a float16
+# tensor in a graph compiled for an Arm CPU, not float16 inside a kernel.
 # The measurements behind this file's choices: docs/journal.md, "Kernels:
 # from the code's comments"; `python -m bench.kernels` re-runs them.
 
@@ -333,7 +335,7 @@ struct FewRowsMatmulQ8_0:
         y: FusedOutputTensor[dtype=F32, rank=2, ...],
         x: InputTensor[dtype=F32, rank=2, ...],
         codes: InputTensor[dtype=DType.int8, rank=2, ...],
-        scales: InputTensor[dtype=DType.float16, rank=2, ...],
+        scales: InputTensor[dtype=DType.uint16, rank=2, ...],
         ctx: DeviceContext,
     ) raises:
         var M = x.dim_size(0)
@@ -341,7 +343,7 @@ struct FewRowsMatmulQ8_0:
         var N = y.dim_size(1)
         var tiles = codes.dim_size(0)
         var qp = codes.unsafe_ptr()
-        var dp = scales.unsafe_ptr()
+        var dp = scales.unsafe_ptr().bitcast[Float16]()
         var xq = alloc[Int8](M * K)
         var xs = alloc[Float32](M * K // P * 16)
         var xc = alloc[Int32](M * K // P * 16)

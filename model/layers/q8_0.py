@@ -17,7 +17,8 @@ from model.quantize import BLOCK, Q8_0_TILE
 
 class Q8_0Linear(KernelLinear):
     """Q8_0 in tiles of 8 rows (``interleave_q8_0``): ``weight`` int8
-    codes [tiles, in * 8], ``scales`` float16 [tiles, in / 4];
+    codes [tiles, in * 8], ``scales`` [tiles, in / 4] float16 bits as uint16
+    (the layout's, see interleave_q8_0);
     y = x @ (codes * scales)^T + b."""
 
     op, encoding, arrays = "few_rows_matmul_q8_0", "q8_0", ("weight", "scales")
@@ -26,4 +27,4 @@ class Q8_0Linear(KernelLinear):
         super().__init__(out_dim, bias, path)
         tiles = -(-out_dim // Q8_0_TILE)
         self.weight = Tensor.zeros([tiles, in_dim * Q8_0_TILE], dtype=DType.int8)
-        self.scales = Tensor.zeros([tiles, in_dim * Q8_0_TILE // BLOCK], dtype=DType.float16)
+        self.scales = Tensor.zeros([tiles, in_dim * Q8_0_TILE // BLOCK], dtype=DType.uint16)
