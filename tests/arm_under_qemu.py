@@ -71,8 +71,8 @@ def setup() -> int:
     for link in ("lib", "bin"):  # merged /usr: base-files would make these
         if not (root / link).exists():
             (root / link).symlink_to(f"usr/{link}")
-    # QEMU 10 (trixie's qemu-user, static): it shows the emulated CPU's /proc/cpuinfo. Bookworm's 7.2
-    # shows the x86 host's, where MAX sees no float16 on the CPU and refuses q8_0's graph.
+    # QEMU 10 (trixie's qemu-user, static): it shows the emulated CPU's /proc/cpuinfo, so MAX
+    # compiles for the Neoverse N1 it emulates. Bookworm's 7.2 shows the x86 host's.
     subprocess.run(apt("apt-get", "download", "-q", "qemu-user:amd64"), check=True, cwd=ARM)
     subprocess.run(["dpkg", "-x", str(next(ARM.glob("qemu-user_*.deb"))), str(ARM / "qemu")], check=True)
     subprocess.run(["apt-get", "install", "-y", "-q", "gcc-aarch64-linux-gnu", "g++-aarch64-linux-gnu"], check=True)
