@@ -36,45 +36,38 @@ def eager_policy():
     return module
 
 
-# max._interpreter_ops.gc_compile: each eager op family keeps its compiled kernels in a dict,
-# ``GCOpFamily.cache`` (key: the family's name for one op, device and dtypes, e.g.
-# ``gather_GatherOp_cpu_0_uint32_int64``), and looks there before anything else (its
-# ``model_for``). A kernel compiled for a named CPU level, exported as a MEF (``Model._export_mef``)
-# and loaded back into that dict with the family's own session (``session_for``), is used as it
-# is on any CPU with the level's features. Not MAX's disk cache: its keys include the host CPU's
-# model even under a named target (checker/eager_kernels ships the kernels this way).
+# max._interpreter_ops.gc_compile: the eager interpreter's ops come in families (binary, cast,
+# reduce_axis, ...); each family compiles a "sweep", one kernel per op, device and dtype it
+# supports, as one module (``build_sweep_module``). ``MAX_EAGER_WARM_STORE`` names a folder
+# that holds each family's sweep compiled into a MEF (``warm_artifact_name``: ``binary_cpu.mef``)
+# listed in a MefStore manifest: the first time a process meets a family, MAX loads its sweep
+# from there instead of compiling it (``GCOpFamily._adopt_from_store``), for every family,
+# whatever the CPU's model (MAX's disk cache keys include the host CPU's model, even under a
+# named target). checker/eager_kernels ships such a store.
 EAGER_FAMILIES = "max._interpreter_ops.gc_compile"
+WARM_STORE = "MAX_EAGER_WARM_STORE"  # gc_compile.WARM_STORE_ENV_VAR
 
 
-def eager_kernels() -> list[tuple[str, str, Any]]:
-    """(family, key, model) of every eager kernel this process holds."""
-    import max._interpreter_ops  # noqa: F401  (imports every family, which registers itself)
+def eager_families() -> list:
+    """Every eager op family of this MAX (importing them registers them)."""
+    import max._interpreter_ops  # noqa: F401
     from max._interpreter_ops import gc_compile
 
-    return [(family.name, key, model) for family in gc_compile.registered_families()
-            for key, model in family.cache.items()]
+    return list(gc_compile.registered_families())
 
 
-def export_eager_kernel(model, path: Path) -> None:
-    """One eager kernel as a MEF file."""
-    model._export_mef(str(path))
-
-
-def preload_eager_kernels(kernels: list[tuple[str, Path]]) -> int:
-    """Load (family, MEF file) kernels into their families, where the eager
-    interpreter finds them before compiling; the number loaded."""
-    import max._interpreter_ops  # noqa: F401
+def export_eager_family(family, folder: Path, store) -> tuple[str, int]:
+    """Compile ``family``'s sweep for the CPU (the process's named target, if
+    any) into ``store`` (a ``max.engine.MefStore`` exporting to ``folder``):
+    the file's name and the number of ops in it."""
+    from max import engine
     from max._interpreter_ops import gc_compile
     from max.driver import CPU
 
-    by_name = {family.name: family for family in gc_compile.registered_families()}
-    session = gc_compile.session_for(CPU())
-    loaded = 0
-    for name, path in kernels:
-        if name in by_name:
-            by_name[name].cache.update(session.load_all(str(path), weights_registry={}))
-            loaded += 1
-    return loaded
+    module = family.build_sweep_module()
+    name = gc_compile.warm_artifact_name(family.name, CPU())
+    engine.InferenceSession(devices=[CPU()]).compile(module).export_mef(store.claim_export_artifact(name))
+    return name, len(module.top_level_graph_names())
 
 
 # --- The server --------------------------------------------------------------------------------

@@ -107,6 +107,11 @@ def enter_virtual_mode(target: Target) -> None:
     model rather than initialising one (which would run the target's code here)."""
     from max import driver
 
+    from model.max_internals import WARM_STORE
+
+    # A shipped warm store (checker/eager_kernels) holds the CPU's eager kernels only; with a
+    # (virtual) GPU in sight MAX would ask it for that GPU's too and fail: compile them instead.
+    os.environ.pop(WARM_STORE, None)
     driver.set_virtual_device_api("cuda")
     driver.set_virtual_device_target_arch(target.gpu or "sm_90a")
     driver.set_virtual_device_count(1)

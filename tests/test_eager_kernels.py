@@ -1,9 +1,10 @@
-"""MAX's eager kernels shipped for the course's checks (checker/eager_kernels/):
-a first check on empty caches compiles nothing where the CPU can run them,
-and the checker loads nothing (and compiles as before) where it cannot."""
+"""MAX's eager kernels shipped with the project (checker/eager_kernels/): on empty
+caches nothing compiles where the CPU can run them, and nothing is offered (MAX
+compiles as before) where it cannot."""
 
 from __future__ import annotations
 
+import json
 import tarfile
 import tempfile
 from pathlib import Path
@@ -14,59 +15,74 @@ from conftest import run_python
 from checker import eager_kernels
 from checker.eager_kernels.__main__ import COMPILED_NOTE, empty_caches_env, pack
 from model import cpu
+from model.max_internals import WARM_STORE, eager_families
 from model.portable import FEATURES
 
 FACTS = eager_kernels.shipped_facts()
+NOT_HERE = eager_kernels.unusable_here(FACTS)
 
 
-def test_the_archive_holds_the_indexed_kernels_and_the_licence():
+@pytest.fixture
+def no_store(monkeypatch):
+    """This process's environment without the store the suite named (tests/conftest.py)."""
+    for name in (eager_kernels.USE, "MAX_EAGER_EXECUTOR", WARM_STORE):
+        monkeypatch.delenv(name, raising=False)
+    eager_kernels.use.cache_clear()
+    yield
+    eager_kernels.use.cache_clear()
+
+
+def test_the_archive_holds_every_family_of_this_max_with_its_manifest_and_licence():
     with tarfile.open(eager_kernels.ARCHIVE, "r:xz") as archive:
         names = archive.getnames()
-    assert names == sorted(kernel["file"] for kernel in FACTS["kernels"]) and names
-    assert all(name.endswith(".mef") for name in names)
-    assert FACTS["level"] == eager_kernels.LEVEL
-    assert all(step["passed"] for step in FACTS["first_checks_in_one_process"])
+        manifest = json.load(archive.extractfile(eager_kernels.MANIFEST))
+    files = sorted(family["file"] for family in FACTS["families"])
+    assert names == sorted([*files, eager_kernels.MANIFEST])
+    assert sorted(manifest["artifacts"]) == files and manifest["graphs"] == []  # MAX's MefStore layout
+    assert sorted(family["family"] for family in FACTS["families"]) == sorted(f.name for f in eager_families())
+    assert FACTS["level"] == eager_kernels.LEVEL and FACTS["ops"] == sum(f["ops"] for f in FACTS["families"])
     assert (eager_kernels.HERE / "NOTICE").is_file() and (eager_kernels.HERE / "MAX-LICENSE.txt").stat().st_size > 0
 
 
-def test_a_cpu_or_max_they_cannot_serve_is_told_why(monkeypatch):
-    for name in (eager_kernels.USE, "MAX_EAGER_EXECUTOR"):
-        monkeypatch.delenv(name, raising=False)
+def test_a_cpu_max_or_gpu_they_cannot_serve_is_told_why(no_store, monkeypatch):
     every = frozenset(FEATURES)
     if cpu.is_x86():
-        assert eager_kernels.unusable_here(FACTS, every) == ""
-        assert "avx2" in eager_kernels.unusable_here(FACTS, frozenset({"sse4_2", "avx"}))
-    assert "MAX 0.0" in eager_kernels.unusable_here({**FACTS, "max": "0.0"}, every)
+        assert eager_kernels.unusable_here(FACTS, every, gpus=0) == ""
+        assert "avx2" in eager_kernels.unusable_here(FACTS, frozenset({"sse4_2", "avx"}), gpus=0)
+    assert "MAX 0.0" in eager_kernels.unusable_here({**FACTS, "max": "0.0"}, every, gpus=0)
+    assert "GPU" in eager_kernels.unusable_here(FACTS, every, gpus=1)
     assert eager_kernels.unusable_here(None, every) == "none are shipped"
+    monkeypatch.setenv(WARM_STORE, "/somewhere/else")
+    assert "another store" in eager_kernels.unusable_here(FACTS, every, gpus=0)
+    monkeypatch.delenv(WARM_STORE)
     monkeypatch.setenv("MAX_EAGER_EXECUTOR", "interpreter")
-    assert "MAX_EAGER_EXECUTOR" in eager_kernels.unusable_here(FACTS, every)
+    assert "MAX_EAGER_EXECUTOR" in eager_kernels.unusable_here(FACTS, every, gpus=0)
     monkeypatch.setenv(eager_kernels.USE, "0")
-    assert eager_kernels.unusable_here(FACTS, every) == f"{eager_kernels.USE}=0"
+    assert eager_kernels.unusable_here(FACTS, every, gpus=0) == f"{eager_kernels.USE}=0"
+    assert eager_kernels.use() == 0 and WARM_STORE not in eager_kernels.os.environ
 
 
-def test_they_are_unpacked_once_into_the_project_cache(tmp_path, monkeypatch):
+def test_they_are_unpacked_once_and_named_for_max(tmp_path, no_store, monkeypatch):
     monkeypatch.setenv(eager_kernels.caches.CACHE, str(tmp_path))
     stale = tmp_path / "eager-kernels" / f"{eager_kernels.LEVEL}-0000000000000000"
     stale.mkdir(parents=True)
     folder = eager_kernels.unpacked(FACTS)
     assert folder.parent == tmp_path / "eager-kernels" and not stale.exists()  # an earlier archive's are dropped
-    assert sorted(p.name for p in folder.iterdir()) == sorted(kernel["file"] for kernel in FACTS["kernels"])
-    mark = folder / FACTS["kernels"][0]["file"]
-    mark.write_bytes(b"kept")
-    assert eager_kernels.unpacked(FACTS) == folder and mark.read_bytes() == b"kept"  # not unpacked again
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [*(family["file"] for family in FACTS["families"]), eager_kernels.MANIFEST])
+    made = folder.stat().st_mtime_ns
+    assert eager_kernels.unpacked(FACTS) == folder and folder.stat().st_mtime_ns == made  # not unpacked again
+    if not NOT_HERE:
+        assert eager_kernels.use() == len(FACTS["families"]) and eager_kernels.os.environ[WARM_STORE] == str(folder)
 
 
-def test_damaged_kernels_are_dropped_and_the_checks_compile_as_before(tmp_path, monkeypatch, capsys):
-    if eager_kernels.unusable_here(FACTS):
-        pytest.skip(f"not here: {eager_kernels.unusable_here(FACTS)}")
+def test_damaged_files_are_unpacked_again(tmp_path, no_store, monkeypatch, capsys):
     monkeypatch.setenv(eager_kernels.caches.CACHE, str(tmp_path))
     folder = eager_kernels.unpacked(FACTS)
-    for kernel in FACTS["kernels"]:
-        (folder / kernel["file"]).write_bytes(b"not a MEF")
-    eager_kernels.use.cache_clear()
-    assert eager_kernels.use() == 0
-    eager_kernels.use.cache_clear()
-    assert "the shipped kernels were not loaded" in capsys.readouterr().err and not folder.exists()
+    damaged = folder / FACTS["families"][0]["file"]
+    damaged.write_bytes(b"not a MEF")
+    assert eager_kernels.unpacked(FACTS) == folder and damaged.stat().st_size == FACTS["families"][0]["bytes"]
+    assert "damaged" in capsys.readouterr().err
 
 
 def test_packing_is_the_same_bytes_for_the_same_files(tmp_path):
@@ -82,15 +98,39 @@ def test_packing_is_the_same_bytes_for_the_same_files(tmp_path):
         assert archive.getnames() == ["a.mef", "b.mef"]
 
 
-@pytest.mark.skipif(bool(eager_kernels.unusable_here(FACTS)), reason=f"not here: {eager_kernels.unusable_here(FACTS)}")
+@pytest.mark.skipif(bool(NOT_HERE), reason=f"not here: {NOT_HERE}")
 def test_every_first_check_on_empty_caches_compiles_nothing():
     """The course's checks with the solutions, from empty caches, in one
-    process: the shipped kernels are every kernel they meet. A change to a
-    solution or a check that meets a new kernel fails here (the step's
-    compile note says which) until ``python -m checker.eager_kernels make``
-    writes the kernels again."""
+    process: every kernel they meet is shipped. Fails when MAX's families
+    change under the shipped ones (``python -m checker.eager_kernels make``
+    writes them again)."""
     with tempfile.TemporaryDirectory(prefix="gpt2-first-check-") as empty:
         done = run_python("-m", "checker", "all", "--solution", "--no-color", env=empty_caches_env(Path(empty)))
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert COMPILED_NOTE not in out, out
+
+
+ANY_OP = """
+import numpy as np
+from max.dtype import DType
+from max.experimental.tensor import Tensor
+from checker import maxrun
+with maxrun.interpreter():  # the checker's executor: MAX's eager kernels, nothing else compiled
+    x = Tensor.from_dlpack(np.arange(6, dtype=np.float64).reshape(2, 3))
+    print(*(x * 2 + 1).cast(DType.int32).max().to_numpy().reshape(-1).tolist(),
+          *x.argmax().to_numpy().reshape(-1).tolist())
+"""
+
+
+@pytest.mark.skipif(bool(NOT_HERE), reason=f"not here: {NOT_HERE}")
+def test_ops_beyond_the_course_are_shipped_too():
+    """float64 arithmetic, a cast to int32, a max and an argmax on empty
+    caches, with MAX told it may not compile: every family's whole sweep is
+    there. Without them MAX refuses (it would have to compile)."""
+    with tempfile.TemporaryDirectory(prefix="gpt2-any-op-") as empty:
+        env = empty_caches_env(Path(empty), MAX_EAGER_ALLOW_LAZY_COMPILE="0")
+        done = run_python("-c", ANY_OP, env=env)
+        refused = run_python("-c", ANY_OP, env={**env, eager_kernels.USE: "0"})
+    assert done.returncode == 0 and done.stdout.split() == ["5", "11", "2", "2"], done.stdout + done.stderr
+    assert refused.returncode != 0 and "warm-interpreter-cache" in refused.stderr, refused.stderr

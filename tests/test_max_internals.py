@@ -27,16 +27,20 @@ def test_the_eager_interpreter_still_reports_its_compiles():
     assert 0 <= ask < report, "MAX no longer asks before an on-the-fly compile and reports after it"
 
 
-def test_the_eager_families_still_keep_their_kernels_where_the_checker_loads_them():
-    assert isinstance(mi.eager_kernels(), list) and mi.preload_eager_kernels([]) == 0  # imports every family
+def test_max_still_takes_a_warm_store_of_the_eager_families_made_elsewhere():
     gc_compile = importlib.import_module(mi.EAGER_FAMILIES)
-    families = gc_compile.registered_families()
-    assert families and all(isinstance(family.cache, dict) for family in families)
+    families = mi.eager_families()  # imports every family
+    assert families and all(callable(family.build_sweep_module) for family in families)
+    assert mi.WARM_STORE == gc_compile.WARM_STORE_ENV_VAR
+    from max.driver import CPU
+    assert gc_compile.warm_artifact_name("binary", CPU()) == "binary_cpu.mef"
+    adopt = inspect.getsource(gc_compile.GCOpFamily._adopt_from_store)
+    assert "warm_store()" in adopt and "warm_artifact_name(" in adopt and "store.artifact(" in adopt
     lookup = inspect.getsource(gc_compile.GCOpFamily.model_for)
-    assert lookup.find("self.cache.get(key)") < lookup.find("compile_single_target("), "the cache is asked no more"
-    assert "session.load_all" in inspect.getsource(gc_compile.compile_single_target)
-    assert list(inspect.signature(gc_compile.session_for).parameters) == ["device"]
-    assert hasattr(importlib.import_module("max.engine").Model, "_export_mef")
+    assert lookup.find("self.ensure_swept()") < lookup.find("compile_single_target("), "a store is asked no more"
+    engine = importlib.import_module("max.engine")
+    assert all(hasattr(engine.MefStore, name) for name in ("for_export", "claim_export_artifact", "write_manifest"))
+    assert hasattr(engine.CompiledModel, "export_mef")
 
 
 def test_the_server_s_entry_and_error_body():

@@ -1,25 +1,29 @@
-"""MAX's eager kernels for the course's checks, shipped with the project: a first check in seconds.
+"""MAX's eager kernels, shipped with the project: a first check in seconds, no warm step.
 
     python -m checker.eager_kernels make     # compile them for x86-64-v3 from empty caches, write them here
     python -m checker.eager_kernels check    # each step's first check on empty caches: does one compile?
+    python -m checker.eager_kernels warm     # make this machine ready: these where they serve, else MAX's warm
 
 (Those commands: checker/eager_kernels/__main__.py. This file is what the checker asks.)
 
 The checker runs the learner's modules on MAX's eager interpreter, which
 compiles each op's kernel the first time a machine meets it (20-70 s each on 2
-cores) and caches it. The project ships the kernels that every step's checks
-meet with the reference solutions, compiled for x86-64-v3 (the level of the
-shipped demo graph, model/portable: AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE),
-each as a MEF file, in one xz archive here with its index (``facts.json``).
+cores), or all of them at once with ``max warm-interpreter-cache`` (14-29 min),
+and caches them. The project ships every eager op family's kernels (MAX's
+whole "sweep", one kernel per op and dtype, as the warm compiles it), compiled
+for x86-64-v3 (the level of the shipped demo graph, model/portable: AVX2, FMA,
+BMI1/2, F16C, LZCNT, MOVBE), one MEF file per family with MAX's manifest, in
+one xz archive here with their index (``facts.json``). They depend on MAX's
+version only, not on this project's code.
 
-``use()``, called by ``python -m checker`` before the checks: on a CPU with
-every feature of x86-64-v3, with the MAX they were made with, it unpacks the
-archive once into the project's cache and loads the kernels into MAX's eager
-interpreter, which finds them before it would compile (model/max_internals.py
-says how). Loaded, not copied into MAX's own disk cache: those keys include
-the host CPU's model, so a cache made on one CPU model misses on every other.
-A learner's edit that meets a kernel not shipped compiles it, for this CPU,
-as before (and ``warm``'s kernels serve it). ``GPT2_MAX_SHIPPED_KERNELS=0``
+``use()``, called before the checks and by the test suite: on a CPU with every
+feature of x86-64-v3, with the MAX they were made with and no GPU in sight, it
+unpacks the archive once into the project's cache and names that folder in
+``MAX_EAGER_WARM_STORE`` (for this process and the ones it starts): MAX's own
+way to take a warm made elsewhere, each family loaded the first time it is
+met, nothing compiled (model/max_internals.py says how). Not MAX's disk cache:
+its keys include the host CPU's model, so a cache made on one CPU model misses
+on every other. Elsewhere nothing changes. ``GPT2_MAX_SHIPPED_KERNELS=0``
 turns this off.
 """
 
@@ -36,12 +40,14 @@ import tempfile
 from pathlib import Path
 
 from model import caches
+from model.max_internals import WARM_STORE
 from model.portable import LEVEL, cannot_run
 
 HERE = Path(__file__).resolve().parent
 ARCHIVE = HERE / f"{LEVEL}.tar.xz"
 FACTS = HERE / "facts.json"
-USE = "GPT2_MAX_SHIPPED_KERNELS"  # "0": never load them
+USE = "GPT2_MAX_SHIPPED_KERNELS"  # "0": never use them
+MANIFEST = "manifest.json"  # MAX's MefStore index, in the archive beside the MEF files
 
 
 def shipped_facts() -> dict | None:
@@ -52,7 +58,7 @@ def shipped_facts() -> dict | None:
         return None
 
 
-def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None) -> str:
+def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None, gpus: int | None = None) -> str:
     """Why the shipped kernels cannot serve this process, in words ("" when they can)."""
     if facts is None or not ARCHIVE.is_file():
         return "none are shipped"
@@ -60,47 +66,67 @@ def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None) -
         return f"{USE}=0"
     if os.environ.get("MAX_EAGER_EXECUTOR"):
         return "MAX_EAGER_EXECUTOR is set"  # another executor: the interpreter's kernels may not be what runs
-    return cannot_run(facts["max"], cpu_flags)
+    if os.environ.get(WARM_STORE) and not os.environ[WARM_STORE].startswith(str(caches.folder("eager-kernels"))):
+        return f"{WARM_STORE} names another store"
+    why = cannot_run(facts["max"], cpu_flags)
+    if why:
+        return why
+    if gpus is None:
+        from model.device import accelerator_count
+
+        gpus = accelerator_count()
+    # MAX's eager families sweep every device in sight: with a GPU they would want its kernels too.
+    return f"MAX sees {gpus} GPU(s) (these kernels are the CPU's)" if gpus else ""
 
 
 @functools.cache
 def use() -> int:
-    """Load the shipped kernels into MAX's eager interpreter when they can
-    serve here (once a process); the number loaded (0 when none). Nothing is
-    compiled."""
+    """Name the shipped kernels in MAX_EAGER_WARM_STORE when they can serve
+    here (once a process, before the process's first eager op); the number of
+    op families offered (0 when none). Nothing is compiled or loaded yet."""
     facts = shipped_facts()
-    folder = None if unusable_here(facts) else unpacked(facts)
+    if unusable_here(facts):
+        return 0
+    folder = unpacked(facts)
     if folder is None:
         return 0
-    from model.max_internals import preload_eager_kernels
+    os.environ[WARM_STORE] = str(folder)
+    return len(facts["families"])
 
+
+def intact(folder: Path, facts: dict) -> bool:
+    """Whether ``folder`` holds every file of the index, at its size."""
     try:
-        return preload_eager_kernels([(k["family"], folder / k["file"]) for k in facts["kernels"]])
-    except Exception as exc:  # a damaged file or another MAX inside: the checks compile as before
-        print(f"note: the shipped kernels were not loaded ({type(exc).__name__}: {str(exc)[:120]}); "
-              f"removing {folder} (the next run unpacks them again)", file=sys.stderr)
-        shutil.rmtree(folder, ignore_errors=True)
-        return 0
+        return (folder / MANIFEST).is_file() and all(
+            (folder / f["file"]).stat().st_size == f["bytes"] for f in facts["families"])
+    except OSError:
+        return False
 
 
 def unpacked(facts: dict) -> Path | None:
-    """The archive's MEF files in the project's cache, unpacked there the first
-    time (whole, or not at all); None when the cache cannot take them."""
+    """The archive's files in the project's cache, unpacked there the first
+    time (whole, or not at all) and checked against the index; None when the
+    cache cannot take them. Files found damaged are unpacked again."""
     digest = hashlib.sha256(ARCHIVE.read_bytes()).hexdigest()[:16]
     folder = caches.folder("eager-kernels") / f"{LEVEL}-{digest}"
     if folder.is_dir():
-        return folder
+        if intact(folder, facts):
+            return folder
+        print(f"note: the shipped kernels in {folder} were damaged; unpacking them again", file=sys.stderr)
+        shutil.rmtree(folder, ignore_errors=True)
     staging = None
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
         with tarfile.open(ARCHIVE, "r:xz") as archive:
             archive.extractall(staging, filter="data")
+        if not intact(staging, facts):
+            raise OSError("the archive does not match its index")
         os.rename(staging, folder)
         for old in folder.parent.glob(f"{LEVEL}-*"):  # kernels of an earlier archive
             if old != folder and "." not in old.name:
                 shutil.rmtree(old, ignore_errors=True)
-    except OSError:  # another process unpacked it first, or the disk is full
+    except OSError:  # another process unpacked it first, the disk is full, or the archive is not whole
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-    return folder if folder.is_dir() else None
+    return folder if folder.is_dir() and intact(folder, facts) else None

@@ -1,14 +1,15 @@
-"""``python -m checker.eager_kernels make`` / ``check``: the shipped kernels made, and measured.
+"""``python -m checker.eager_kernels make`` / ``check`` / ``warm``: the shipped kernels made, measured and used.
 
-See checker/eager_kernels/__init__.py for what is shipped and when the checker uses it.
+See checker/eager_kernels/__init__.py for what is shipped and when it is used.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.metadata
 import json
-import re
+import os
 import subprocess
 import sys
 import tarfile
@@ -16,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from checker.eager_kernels import ARCHIVE, FACTS, HERE, LEVEL, USE, shipped_facts, unusable_here
+from checker.eager_kernels import ARCHIVE, FACTS, HERE, LEVEL, MANIFEST, shipped_facts, unusable_here, use
+from model.max_internals import WARM_STORE
 from model.portable import TARGET
 from model.portable import __main__ as portable_make
 
@@ -25,31 +27,31 @@ COMPILED_NOTE = "note: this run compiled"  # what the checker prints when a chec
 
 
 def empty_caches_env(folder: Path, **more: str) -> dict[str, str]:
-    """model/portable's child environment, and MAX's default eager executor
-    (the shipped kernels are the interpreter's)."""
+    """model/portable's child environment, with MAX's default eager executor
+    and no warm store named (the shipped kernels are the interpreter's)."""
     env = portable_make.empty_caches_env(folder, **more)
     env.pop("MAX_EAGER_EXECUTOR", None)
     return env
 
 
-def compile_every_step() -> list[dict]:
-    """Every step's checks on its solution, in this process, compiling for the
-    level: what each step's first check compiled and took, in order (later
-    steps find the kernels earlier ones compiled)."""
+def compile_families(names: list[str], folder: Path) -> int:
+    """A worker of ``make``: compile these families' sweeps for the level into
+    ``folder``, one MEF each; one JSON line per family on stdout."""
     from max import driver
 
     driver.set_virtual_cpu_target(TARGET)  # before the process's first device
-    from checker import maxrun, registry
-    from checker.__main__ import check_step
+    from max import engine
 
-    steps = []
-    for step in registry.STEPS:
-        since, start = len(maxrun.COMPILED), time.perf_counter()
-        passed = check_step(step.number, step.solution, color=False, quiet=True)
-        compiled = maxrun.COMPILED[since:]
-        steps.append({"step": step.number, "passed": passed, "seconds": round(time.perf_counter() - start, 1),
-                      "kernels": len(compiled), "compile_seconds": round(sum(s for _, s in compiled), 1)})
-    return steps
+    from model.max_internals import eager_families, export_eager_family
+
+    store = engine.MefStore.for_export(folder)
+    for family in eager_families():
+        if family.name in names:
+            start = time.perf_counter()
+            file, ops = export_eager_family(family, folder, store)
+            print(json.dumps({"family": family.name, "file": file, "ops": ops,
+                              "seconds": round(time.perf_counter() - start, 1)}), flush=True)
+    return 0
 
 
 def pack(files: list[Path], archive: Path) -> None:
@@ -63,47 +65,57 @@ def pack(files: list[Path], archive: Path) -> None:
                 out.addfile(info, data)
 
 
-def export_kernels(folder: Path) -> list[dict]:
-    """Every eager kernel this process compiled, each as a MEF file in
-    ``folder``: their index (family, key, file), in the order of their keys."""
-    from model.max_internals import eager_kernels, export_eager_kernel
-
-    index = []
-    for family, key, model in sorted(eager_kernels(), key=lambda kernel: kernel[1]):
-        file = re.sub(r"[^\w.-]", "_", key) + ".mef"
-        export_eager_kernel(model, folder / file)
-        index.append({"family": family, "key": key, "file": file})
-    return index
-
-
-def make_here() -> int:
-    """The child of ``make``: its caches are empty folders."""
-    steps = compile_every_step()
-    failed = [s["step"] for s in steps if not s["passed"]]
-    if failed:
-        print(f"the solutions failed the checks of step(s) {', '.join(failed)}: nothing written", file=sys.stderr)
-        return 1
-    with tempfile.TemporaryDirectory(prefix="gpt2-eager-kernels-") as out:
-        kernels = export_kernels(Path(out))
-        pack([Path(out) / kernel["file"] for kernel in kernels], ARCHIVE)
-        unpacked_bytes = sum((Path(out) / kernel["file"]).stat().st_size for kernel in kernels)
-    version = importlib.metadata.version("max")
-    facts = {"max": version, "level": LEVEL, "target": TARGET, "made_by": "python -m checker.eager_kernels make",
-             "first_checks_in_one_process": steps, "mef_bytes": unpacked_bytes, "kernels": kernels}
-    FACTS.write_text(json.dumps(facts, indent=1) + "\n")
-    portable_make.write_notice(HERE, version,
-                               f"The kernels in {ARCHIVE.name} were made by `python -m checker.eager_kernels make`")
-    print(f"{ARCHIVE.relative_to(ROOT)}: {len(kernels)} kernels compiled for {LEVEL} in "
-          f"{sum(s['compile_seconds'] for s in steps):.0f} s, {unpacked_bytes / 1e6:.1f} MB of MEF files, "
-          f"{ARCHIVE.stat().st_size / 1e3:.0f} kB packed")
-    return 0
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def make() -> int:
-    with tempfile.TemporaryDirectory(prefix="gpt2-eager-kernels-") as empty:
-        command = [sys.executable, "-m", "checker.eager_kernels", "make", "--here"]
-        env = empty_caches_env(Path(empty), **{USE: "0"})  # compile every kernel: load none of the old ones
-        return subprocess.run(command, env=env, cwd=ROOT).returncode
+    """Every eager op family's sweep compiled for the level from empty caches
+    (``os.cpu_count()`` worker processes, the families dealt between them),
+    MAX's manifest for them, packed into ARCHIVE; their index and figures into
+    FACTS."""
+    from max import engine
+
+    from model.max_internals import eager_families
+
+    names = [family.name for family in eager_families()]
+    jobs = max(1, min(os.cpu_count() or 1, len(names)))
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpt2-eager-kernels-") as work:
+        out, empty = Path(work) / "store", Path(work) / "caches"
+        out.mkdir()
+        workers = [subprocess.Popen([sys.executable, "-m", "checker.eager_kernels", "make", "--families",
+                                     ",".join(names[i::jobs]), "--into", str(out)],
+                                    env=empty_caches_env(empty), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                   for i in range(jobs)]
+        families = []
+        for worker in workers:
+            lines, _ = worker.communicate()
+            if worker.returncode != 0:
+                print(f"a worker failed (exit {worker.returncode}): nothing written", file=sys.stderr)
+                return 1
+            families += [json.loads(line) for line in lines.splitlines() if line.startswith("{")]
+        families.sort(key=lambda f: f["family"])
+        if sorted(f["family"] for f in families) != sorted(names):
+            print("some families were not compiled: nothing written", file=sys.stderr)
+            return 1
+        store = engine.MefStore.for_export(out)  # MAX's own manifest: what MAX_EAGER_WARM_STORE reads
+        for family in families:
+            store.claim_export_artifact(family["file"])
+            family.update(bytes=(out / family["file"]).stat().st_size, sha256=sha256(out / family["file"]))
+        store.write_manifest()
+        pack([*(out / f["file"] for f in families), out / MANIFEST], ARCHIVE)
+    version = importlib.metadata.version("max")
+    facts = {"max": version, "level": LEVEL, "target": TARGET, "made_by": "python -m checker.eager_kernels make",
+             "workers": jobs, "seconds": round(time.perf_counter() - start, 1), "ops": sum(f["ops"] for f in families),
+             "mef_bytes": sum(f["bytes"] for f in families), "families": families}
+    FACTS.write_text(json.dumps(facts, indent=1) + "\n")
+    portable_make.write_notice(HERE, version,
+                               f"The kernels in {ARCHIVE.name} were made by `python -m checker.eager_kernels make`")
+    print(f"{ARCHIVE.relative_to(ROOT)}: {facts['ops']} kernels in {len(families)} families compiled for {LEVEL} "
+          f"in {facts['seconds']:.0f} s ({jobs} workers), {facts['mef_bytes'] / 1e6:.1f} MB of MEF files, "
+          f"{ARCHIVE.stat().st_size / 1e3:.0f} kB packed")
+    return 0
 
 
 def check(steps: list[str]) -> int:
@@ -134,23 +146,47 @@ def check(steps: list[str]) -> int:
     return 1 if bad else 0
 
 
+def warm(check_only: bool = False) -> int:
+    """MAX's eager kernels for this machine: the shipped ones where they serve
+    (named for MAX, which then has nothing to compile), else ``max
+    warm-interpreter-cache`` compiles them. ``check_only``: say whether the
+    machine is ready, compiling nothing (MAX's ``--check``)."""
+    why = unusable_here(shipped_facts())
+    offered = 0 if why else use()
+    if offered:
+        print(f"MAX's eager kernels for {LEVEL} CPUs come with this project and serve this one ({offered} op "
+              f"families in {os.environ[WARM_STORE]})", flush=True)
+    elif not check_only:
+        print(f"the project's eager kernels do not serve here ({why or 'they could not be unpacked'}): MAX compiles "
+              "its own, once per machine (~20 min on 2 cores) ...", flush=True)
+    command = Path(sys.executable).with_name("max")
+    return subprocess.run([str(command) if command.exists() else "max", "warm-interpreter-cache",
+                           *(["--check"] if check_only else [])]).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     import checker.eager_kernels as shipped
 
     p = argparse.ArgumentParser(prog="python -m checker.eager_kernels", description=shipped.__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=shipped.__doc__.split("\n\n", 1)[1])
-    sub = p.add_subparsers(dest="command", required=True, metavar="{make,check}")
-    made = sub.add_parser("make", help=f"run every step's checks from empty caches compiling for {LEVEL}; "
-                                       f"write the kernels they compiled to {ARCHIVE.relative_to(ROOT)}")
-    made.add_argument("--here", action="store_true", help=argparse.SUPPRESS)  # the child, caches already empty
+    sub = p.add_subparsers(dest="command", required=True, metavar="{make,check,warm}")
+    made = sub.add_parser("make", help=f"compile every eager op family of MAX for {LEVEL} from empty caches; "
+                                       f"write them to {ARCHIVE.relative_to(ROOT)}")
+    made.add_argument("--families", help=argparse.SUPPRESS)  # a worker: these families, caches already empty
+    made.add_argument("--into", type=Path, help=argparse.SUPPRESS)
     checked = sub.add_parser("check", help="time each step's first check on empty caches (each in its own process); "
                                            "exit 1 when one fails or compiles a kernel")
     checked.add_argument("steps", nargs="*", help="step numbers (default: every step)")
+    warmed = sub.add_parser("warm", help="make this machine's eager kernels ready: the shipped ones where they "
+                                         "serve, else `max warm-interpreter-cache` (~20 min on 2 cores)")
+    warmed.add_argument("--check", action="store_true", help="say whether this machine is ready; compile nothing")
     args = p.parse_args(argv)
     if args.command == "check":
         return check([s.zfill(2) for s in args.steps])
-    return make_here() if args.here else make()
+    if args.command == "warm":
+        return warm(args.check)
+    return compile_families(args.families.split(","), args.into) if args.families else make()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from model import caches, cpu, saved_graphs
+from model.max_internals import WARM_STORE
 from model.portable import LEVEL, MODEL, ROOT, SHIPPED, TARGET, config_facts, graph_digest, shipped_facts
 
 
@@ -27,6 +28,7 @@ def empty_caches_env(folder: Path, **more: str) -> dict[str, str]:
     env = dict(os.environ, MODULAR_CACHE_DIR=str(folder / "modular"), **{caches.CACHE: str(folder / "project")},
                PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), **more)
     env.pop(cpu.ENV, None)
+    env.pop(WARM_STORE, None)  # MAX's eager kernels from a store named by this process: not empty caches
     return env
 
 
