@@ -134,7 +134,10 @@ def cold_start(folder: Path, dtype: str, device: str = "cpu", linear: str = "cus
                 "'cold_start_to_first_token_s': time.perf_counter() - start, 'cold_peak_rss_mb': peak_rss_mb()}))")
         from model import caches
 
-        env = {k: v for k, v in os.environ.items() if k not in (caches.CACHE, caches.SAVED_GRAPHS)}
+        from model.max_internals import WARM_STORE
+
+        # Nothing of this machine's: no project cache, no saved graphs, no eager kernels named by a parent.
+        env = {k: v for k, v in os.environ.items() if k not in (caches.CACHE, caches.SAVED_GRAPHS, WARM_STORE)}
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent,
                               env=dict(env, XDG_CACHE_HOME=empty))
         lines = done.stdout.strip().splitlines()

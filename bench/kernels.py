@@ -7,7 +7,7 @@ instead (12 x c_attn, attn c_proj, c_fc, mlp c_proj, and the LM head:
 
 Prints per row count: the fp32 kernel and MAX's ``x @ W.T`` (ms, GB/s of
 weights read, and the ratio), then the Q8_0 kernel on the same shapes
-(int8 codes + float16 scales in 8-row tiles, 61 MB), the Q4_0 op
+(int8 codes + float16 scales, as uint16 bits, in 8-row tiles, 61 MB), the Q4_0 op
 (model/kernels/q4_0.mojo) and MAX's own Q4_0 kernel (``vroom_q4_0_matmul``,
 what F.qmatmul runs, here without its repack op) on the same packed blocks
 (32 MB) with their ratio, and each result's largest difference from numpy.
@@ -190,13 +190,20 @@ def library_at(rev: str) -> Path:
     return library
 
 
+# What an op's inputs must read at another revision for this tree's arrays to fit it: Q8_0's
+# scales became float16 bits in a uint16 array (model/quantize.py's interleave_q8_0).
+INPUTS = {"q8_0": "scales: InputTensor[dtype=DType.uint16"}
+
+
 def has_op(rev: str, kind: str) -> bool:
-    """Whether model/kernels at ``rev`` registers ``few_rows_matmul_<kind>``."""
+    """Whether model/kernels at ``rev`` registers ``few_rows_matmul_<kind>``
+    taking the inputs this tree gives it."""
     from model.layers.custom_op import KERNELS
 
     folder = KERNELS.relative_to(ROOT).as_posix()
-    found = subprocess.run(["git", "grep", "-q", f'register("few_rows_matmul_{kind}")', rev, "--", folder], cwd=ROOT)
-    return found.returncode == 0
+    wanted = [f'register("few_rows_matmul_{kind}")', *([INPUTS[kind]] if kind in INPUTS else [])]
+    return all(subprocess.run(["git", "grep", "-q", "-F", text, rev, "--", folder], cwd=ROOT).returncode == 0
+               for text in wanted)
 
 
 def main(argv: list[str] | None = None) -> int:

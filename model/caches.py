@@ -8,9 +8,11 @@
         bench-<size>-random/         random checkpoints of GPT-2's sizes (random_checkpoint:
                                      the bench, the targets check)
         targets/modular/             MAX's cache for builds for other machines (model/targets.py)
+        eager-kernels/<level>-<key>/ MAX's eager kernels shipped for a CPU level, unpacked
+                                     (checker/eager_kernels; ~180 MB)
 
 Delete the folder to free the space; nothing in it is needed to run, only
-to start faster. ``GPT2_MAX_SAVED_GRAPHS=0`` keeps nothing (saved graphs,
+to start faster. ``GPT2_MAX_SAVED_GRAPHS=0`` keeps nothing of the model's (saved graphs,
 copies and blocks alike) and makes everything again every run. The kernel
 library is always kept: without it MAX precompiles the kernels at every op
 call (``layers/custom_op.py``).

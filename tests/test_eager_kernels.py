@@ -5,6 +5,7 @@ compiles as before) where it cannot."""
 from __future__ import annotations
 
 import json
+import os
 import tarfile
 import tempfile
 from pathlib import Path
@@ -59,21 +60,66 @@ def test_a_cpu_max_or_gpu_they_cannot_serve_is_told_why(no_store, monkeypatch):
     assert "MAX_EAGER_EXECUTOR" in eager_kernels.unusable_here(FACTS, every, gpus=0)
     monkeypatch.setenv(eager_kernels.USE, "0")
     assert eager_kernels.unusable_here(FACTS, every, gpus=0) == f"{eager_kernels.USE}=0"
-    assert eager_kernels.use() == 0 and WARM_STORE not in eager_kernels.os.environ
+    assert eager_kernels.use() == 0 and WARM_STORE not in os.environ
 
 
 def test_they_are_unpacked_once_and_named_for_max(tmp_path, no_store, monkeypatch):
     monkeypatch.setenv(eager_kernels.caches.CACHE, str(tmp_path))
-    stale = tmp_path / "eager-kernels" / f"{eager_kernels.LEVEL}-0000000000000000"
-    stale.mkdir(parents=True)
+    level = tmp_path / "eager-kernels" / eager_kernels.LEVEL
+    stale, in_use, dead = (Path(f"{level}-{name}") for name in ("0000000000000000", "1111111111111111", "x.tmp1"))
+    for folder in (stale, in_use, dead):
+        folder.mkdir(parents=True)
+    week = eager_kernels.STALE_DAYS * 86400 + 60
+    os.utime(stale, (stale.stat().st_atime - week,) * 2)
+    os.utime(dead, (dead.stat().st_atime - eager_kernels.STAGING_HOURS * 3600 - 60,) * 2)
     folder = eager_kernels.unpacked(FACTS)
-    assert folder.parent == tmp_path / "eager-kernels" and not stale.exists()  # an earlier archive's are dropped
+    assert folder.parent == tmp_path / "eager-kernels"
+    assert in_use.exists() and not stale.exists() and not dead.exists()  # another checkout's, used lately, stays
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         [*(family["file"] for family in FACTS["families"]), eager_kernels.MANIFEST])
-    made = folder.stat().st_mtime_ns
-    assert eager_kernels.unpacked(FACTS) == folder and folder.stat().st_mtime_ns == made  # not unpacked again
+    made = (folder / eager_kernels.MANIFEST).stat().st_ino
+    assert eager_kernels.unpacked(FACTS) == folder and (folder / eager_kernels.MANIFEST).stat().st_ino == made  # kept
     if not NOT_HERE:
-        assert eager_kernels.use() == len(FACTS["families"]) and eager_kernels.os.environ[WARM_STORE] == str(folder)
+        assert eager_kernels.use() == len(FACTS["families"]) and os.environ[WARM_STORE] == str(folder)
+
+
+def test_a_name_of_ours_is_told_from_another_store_and_dropped_when_turned_off(tmp_path, no_store, monkeypatch):
+    monkeypatch.setenv(eager_kernels.caches.CACHE, str(tmp_path))
+    mine = tmp_path / "eager-kernels" / f"{eager_kernels.LEVEL}-0123456789abcdef"
+    assert eager_kernels.ours(str(mine))
+    assert not eager_kernels.ours(str(tmp_path / "eager-kernels-other" / "x"))
+    assert not eager_kernels.ours(os.pathsep.join([str(mine), "/theirs"]))
+    monkeypatch.setenv(WARM_STORE, str(mine))  # inherited from a parent
+    monkeypatch.setenv(eager_kernels.USE, "0")
+    assert eager_kernels.use() == 0 and WARM_STORE not in os.environ
+
+
+def test_a_broken_archive_is_a_note_not_a_crash(tmp_path, no_store, monkeypatch, capsys):
+    monkeypatch.setenv(eager_kernels.caches.CACHE, str(tmp_path))
+    broken = tmp_path / "broken.tar.xz"
+    broken.write_bytes(eager_kernels.ARCHIVE.read_bytes()[:100_000])
+    monkeypatch.setattr(eager_kernels, "ARCHIVE", broken)
+    assert eager_kernels.unpacked(FACTS) is None
+    assert "were not unpacked" in capsys.readouterr().err
+    assert not list((tmp_path / "eager-kernels").iterdir())  # no half-unpacked folder left
+
+
+def test_max_s_line_for_each_family_it_loads_stays_out_of_a_check():
+    from checker.maxrun import WithoutStoreLines
+
+    class Sink:
+        def __init__(self):
+            self.text = ""
+
+        def write(self, text):
+            self.text += text
+            return len(text)
+
+    sink = Sink()
+    stream = WithoutStoreLines(sink)
+    print("[eager-warm] loaded binary from the warm store ['binary_cpu.mef']", file=stream)
+    print("a check's own line", file=stream)
+    assert sink.text == "a check's own line\n"
 
 
 def test_damaged_files_are_unpacked_again(tmp_path, no_store, monkeypatch, capsys):
@@ -109,6 +155,7 @@ def test_every_first_check_on_empty_caches_compiles_nothing():
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert COMPILED_NOTE not in out, out
+    assert "[eager-warm]" not in out, out  # MAX's line for each family loaded: not the learner's business
 
 
 ANY_OP = """

@@ -119,7 +119,7 @@ def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, monkeypatch):
 
 
 def test_a_saved_q8_0_graph_runs_directly(tmp_path, monkeypatch):
-    """The custom Q8_0 kernel's weights (int8 codes, float16 scales) reach a
+    """The custom Q8_0 kernel's weights (int8 codes, float16 scales as uint16 bits) reach a
     saved graph as they reach a compiled one (given as raw numpy arrays they
     crashed it at the first call); and a saved quantized graph starts without
     building the course's model, even when its blocks must be made again."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import sys
@@ -58,6 +59,11 @@ def shipped_facts() -> dict | None:
         return None
 
 
+def ours(store: str | None) -> bool:
+    """Whether a MAX_EAGER_WARM_STORE value is a folder this module unpacked."""
+    return bool(store) and os.pathsep not in store and Path(store).parent == caches.folder("eager-kernels")
+
+
 def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None, gpus: int | None = None) -> str:
     """Why the shipped kernels cannot serve this process, in words ("" when they can)."""
     if facts is None or not ARCHIVE.is_file():
@@ -66,7 +72,7 @@ def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None, g
         return f"{USE}=0"
     if os.environ.get("MAX_EAGER_EXECUTOR"):
         return "MAX_EAGER_EXECUTOR is set"  # another executor: the interpreter's kernels may not be what runs
-    if os.environ.get(WARM_STORE) and not os.environ[WARM_STORE].startswith(str(caches.folder("eager-kernels"))):
+    if os.environ.get(WARM_STORE) and not ours(os.environ[WARM_STORE]):
         return f"{WARM_STORE} names another store"
     why = cannot_run(facts["max"], cpu_flags)
     if why:
@@ -82,35 +88,48 @@ def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None, g
 @functools.cache
 def use() -> int:
     """Name the shipped kernels in MAX_EAGER_WARM_STORE when they can serve
-    here (once a process, before the process's first eager op); the number of
-    op families offered (0 when none). Nothing is compiled or loaded yet."""
+    here (once a process); the number of op families offered (0 when none).
+    Nothing is compiled or loaded yet: MAX loads a family from the folder the
+    first time it meets it. Called before the process's first eager op,
+    because MAX reads the variable once (``gc_compile.warm_store`` is cached).
+    Where they cannot serve, a name of ours inherited from a parent is
+    dropped, so that ``GPT2_MAX_SHIPPED_KERNELS=0`` holds for children too."""
     facts = shipped_facts()
-    if unusable_here(facts):
-        return 0
-    folder = unpacked(facts)
+    folder = None if unusable_here(facts) else unpacked(facts)
     if folder is None:
+        if ours(os.environ.get(WARM_STORE)):
+            del os.environ[WARM_STORE]
         return 0
     os.environ[WARM_STORE] = str(folder)
     return len(facts["families"])
 
 
-def intact(folder: Path, facts: dict) -> bool:
-    """Whether ``folder`` holds every file of the index, at its size."""
+def intact(folder: Path, facts: dict, digests: bool = False) -> bool:
+    """Whether ``folder`` holds every file of the index at its size (and,
+    with ``digests``, its sha256: once, when unpacked)."""
     try:
         return (folder / MANIFEST).is_file() and all(
-            (folder / f["file"]).stat().st_size == f["bytes"] for f in facts["families"])
+            (folder / f["file"]).stat().st_size == f["bytes"]
+            and (not digests or hashlib.sha256((folder / f["file"]).read_bytes()).hexdigest() == f["sha256"])
+            for f in facts["families"])
     except OSError:
         return False
 
 
+STALE_DAYS = 7  # another archive's kernels (another checkout, an older MAX) are dropped after this long unused
+STAGING_HOURS = 1  # a half-unpacked folder this old was left by a process that died
+
+
 def unpacked(facts: dict) -> Path | None:
     """The archive's files in the project's cache, unpacked there the first
-    time (whole, or not at all) and checked against the index; None when the
-    cache cannot take them. Files found damaged are unpacked again."""
+    time (whole, or not at all) and checked against the index; None when they
+    cannot be (a note says why). Files found damaged are unpacked again. Each
+    use marks the folder, so another checkout's, in use, is not dropped."""
     digest = hashlib.sha256(ARCHIVE.read_bytes()).hexdigest()[:16]
     folder = caches.folder("eager-kernels") / f"{LEVEL}-{digest}"
     if folder.is_dir():
         if intact(folder, facts):
+            os.utime(folder)
             return folder
         print(f"note: the shipped kernels in {folder} were damaged; unpacking them again", file=sys.stderr)
         shutil.rmtree(folder, ignore_errors=True)
@@ -120,13 +139,28 @@ def unpacked(facts: dict) -> Path | None:
         staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
         with tarfile.open(ARCHIVE, "r:xz") as archive:
             archive.extractall(staging, filter="data")
-        if not intact(staging, facts):
-            raise OSError("the archive does not match its index")
+        if not intact(staging, facts, digests=True):
+            raise ValueError(f"{ARCHIVE.name} does not match {FACTS.name}")
         os.rename(staging, folder)
-        for old in folder.parent.glob(f"{LEVEL}-*"):  # kernels of an earlier archive
-            if old != folder and "." not in old.name:
-                shutil.rmtree(old, ignore_errors=True)
-    except OSError:  # another process unpacked it first, the disk is full, or the archive is not whole
-        if staging is not None:
+        drop_stale(folder)
+    except OSError:  # another process unpacked it first, or the disk is full
+        pass
+    except (tarfile.TarError, lzma.LZMAError, EOFError, ValueError) as exc:  # the archive is not whole
+        print(f"note: the shipped kernels were not unpacked ({exc}); MAX compiles what it meets", file=sys.stderr)
+    finally:
+        if staging is not None and staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return folder if folder.is_dir() and intact(folder, facts) else None
+
+
+def drop_stale(kept: Path) -> None:
+    """Other archives' folders unused for STALE_DAYS, and staging folders left
+    by a process that died, beside ``kept``."""
+    import time
+
+    now = time.time()
+    for old in kept.parent.glob(f"{LEVEL}-*"):
+        age = now - old.stat().st_mtime
+        staging = "." in old.name
+        if old != kept and age > (STAGING_HOURS * 3600 if staging else STALE_DAYS * 86400):
+            shutil.rmtree(old, ignore_errors=True)

@@ -76,8 +76,12 @@ def make() -> int:
     FACTS."""
     from max import engine
 
+    from model.device import accelerator_count
     from model.max_internals import eager_families
 
+    if accelerator_count():  # each family's sweep would hold that GPU's kernels too, under the CPU's name
+        print("make: MAX sees a GPU here; make the CPU's kernels on a machine without one", file=sys.stderr)
+        return 1
     names = [family.name for family in eager_families()]
     jobs = max(1, min(os.cpu_count() or 1, len(names)))
     start = time.perf_counter()
@@ -89,12 +93,18 @@ def make() -> int:
                                     env=empty_caches_env(empty), cwd=ROOT, stdout=subprocess.PIPE, text=True)
                    for i in range(jobs)]
         families = []
-        for worker in workers:
-            lines, _ = worker.communicate()
-            if worker.returncode != 0:
-                print(f"a worker failed (exit {worker.returncode}): nothing written", file=sys.stderr)
-                return 1
-            families += [json.loads(line) for line in lines.splitlines() if line.startswith("{")]
+        try:
+            for worker in workers:
+                lines, _ = worker.communicate()
+                if worker.returncode != 0:
+                    print(f"a worker failed (exit {worker.returncode}): nothing written", file=sys.stderr)
+                    return 1
+                families += [json.loads(line) for line in lines.splitlines() if line.startswith("{")]
+        finally:
+            for worker in workers:  # the others, when one failed: their folder is about to go
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
         families.sort(key=lambda f: f["family"])
         if sorted(f["family"] for f in families) != sorted(names):
             print("some families were not compiled: nothing written", file=sys.stderr)
@@ -111,7 +121,7 @@ def make() -> int:
              "mef_bytes": sum(f["bytes"] for f in families), "families": families}
     FACTS.write_text(json.dumps(facts, indent=1) + "\n")
     portable_make.write_notice(HERE, version,
-                               f"The kernels in {ARCHIVE.name} were made by `python -m checker.eager_kernels make`")
+                               f"The archive {ARCHIVE.name} was made by `python -m checker.eager_kernels make`")
     print(f"{ARCHIVE.relative_to(ROOT)}: {facts['ops']} kernels in {len(families)} families compiled for {LEVEL} "
           f"in {facts['seconds']:.0f} s ({jobs} workers), {facts['mef_bytes'] / 1e6:.1f} MB of MEF files, "
           f"{ARCHIVE.stat().st_size / 1e3:.0f} kB packed")
