@@ -56,18 +56,13 @@ def eager_families() -> list:
     return list(gc_compile.registered_families())
 
 
-def export_eager_family(family, folder: Path, store) -> tuple[str, int]:
-    """Compile ``family``'s sweep for the CPU (the process's named target, if
-    any) into ``store`` (a ``max.engine.MefStore`` exporting to ``folder``):
-    the file's name and the number of ops in it."""
-    from max import engine
+def eager_sweep(family) -> tuple[object, str]:
+    """``family``'s sweep as one module of graphs, and the name MAX's warm
+    store gives its CPU artifact (what ``_adopt_from_store`` asks for)."""
     from max._interpreter_ops import gc_compile
     from max.driver import CPU
 
-    module = family.build_sweep_module()
-    name = gc_compile.warm_artifact_name(family.name, CPU())
-    engine.InferenceSession(devices=[CPU()]).compile(module).export_mef(store.claim_export_artifact(name))
-    return name, len(module.top_level_graph_names())
+    return family.build_sweep_module(), gc_compile.warm_artifact_name(family.name, CPU())
 
 
 # --- The server --------------------------------------------------------------------------------
