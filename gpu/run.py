@@ -19,9 +19,9 @@ from gpu import kit
 
 PROMPT = "And it came to pass"
 # The GPU tests that locate a bfloat16 fault, in the order the "tests" stage runs them first.
-FIRST_TESTS = ["test_the_demos_attention_and_graph_tail_in_bfloat16",
+FIRST_TESTS = ["test_bfloat16_scores_every_position_of_the_demo",
                "test_the_models_bfloat16_matmuls_at_any_row_count",
-               "test_bfloat16_scores_every_position_of_the_demo"]
+               "test_the_demos_attention_and_graph_tail_in_bfloat16"]
 
 
 def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
