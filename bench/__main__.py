@@ -133,7 +133,6 @@ def cold_start(folder: Path, dtype: str, device: str = "cpu", linear: str = "cus
                 "print(json.dumps({'cold_compile_s': g.compile_seconds, "
                 "'cold_start_to_first_token_s': time.perf_counter() - start, 'cold_peak_rss_mb': peak_rss_mb()}))")
         from model import caches
-
         from model.max_internals import WARM_STORE
 
         # Nothing of this machine's: no project cache, no saved graphs, no eager kernels named by a parent.

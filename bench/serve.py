@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="checkpoint folder or `demo` (default: the bench's random 124M)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"],
-                   help="python -m serve --device: the CPU in float32 (default) or a GPU in bfloat16")
+                   help="python -m serve --device: the CPU (default) or a GPU, float32 on either")
     p.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts (default 1,8,32)")
     p.add_argument("--max-batch-size", type=int, default=MAX_BATCH_SIZE,
                    help=f"sequences both servers decode at a time (default {MAX_BATCH_SIZE}, the server's own "
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-llama-cpp", action="store_true", help="measure this project's server only")
     p.add_argument("--hf-python", metavar="PYTHON",
                    help="an interpreter with torch: the baseline is Hugging Face's generate in a loop, one request "
-                        "at a time (bench/hf_server.py; on the GPU in bfloat16), instead of llama-server")
+                        "at a time (bench/hf_server.py; float32, as the server), instead of llama-server")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="python -m serve --linear: this project's Mojo op (custom, default) or nn.Linear (course)")
@@ -317,14 +317,14 @@ def main(argv: list[str] | None = None) -> int:
                 cuda = args.device == "gpu"
                 theirs = measure("hf-generate", [args.hf_python, str(ROOT / "bench" / "hf_server.py"), str(folder),
                                                  "--port", "{port}", "--device", "cuda" if cuda else "cpu",
-                                                 "--dtype", "bfloat16" if cuda else "float32"],
+                                                 "--dtype", "float32"],
                                  str(folder), texts, args.max_tokens, tokenizer, logs / "hf-generate.log")
         except SystemExit as exc:
             print(f"{exc}; no baseline this round", file=sys.stderr)
         rounds.append((ours, theirs))
     ours = merge_rounds([o for o, _ in rounds], key="concurrency")
     theirs = merge_rounds([t for _, t in rounds if t], key="concurrency") or None
-    precision = "float32" if args.device == "cpu" else "bfloat16 on the GPU"
+    precision = "float32" if args.device == "cpu" else "float32 on the GPU"
     print(f"\n{folder.name}, {precision}, {threads} threads, {args.max_tokens} new tokens per request, prompts of "
           f"{'/'.join(map(str, lengths))} tokens")
     print(f"both servers decode {batch} sequences at a time (--max-batch-size {batch}; llama-server -np {batch})"

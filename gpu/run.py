@@ -52,7 +52,7 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
                    "--json", str(logs / "bench-gpt2.json")]],
         "bench-xl": [[python, "-m", "bench", "--size", "gpt2-xl", "--device", device, "--dtypes", *dtypes,
                       "--hf-python", python, "--json", str(logs / "bench-gpt2-xl.json")]],
-        # The server in bfloat16 on the card against the app's bfloat16 text, then its throughput
+        # The server on the card (float32, its default there) against the app's text, then its throughput
         # against HF's generate in a loop on the same card (bench/hf_server.py).
         # (tests/test_serve.py compares float32 servers on the CPU with HF token for token.)
         "serve": [[python, "-m", "pytest", "-ra", "tests/test_gpu.py", "-k", "serve"],

@@ -9,7 +9,7 @@ import time
 import traceback
 from pathlib import Path
 
-from model.device import DEVICES, DTYPES, DeviceError, auto_note
+from model.device import DEVICES, DTYPES, DeviceError, auto_note, bfloat16_note
 from model.options import LINEARS
 from model.sampling import Sampling
 from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
@@ -55,8 +55,9 @@ def parser() -> argparse.ArgumentParser:
                    help="auto takes a GPU when MAX sees one (the CPU on macOS, where no Apple GPU has run the graph "
                         "yet; default: auto)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
-                   help="auto: float32 on CPU, bfloat16 on GPU; bfloat16 is GPU-only; q6_k / q4_0: 6- or 4-bit "
-                        "weights on the CPU, ~3x faster decoding, text close to but not equal to float32's; "
+                   help="auto: float32 (CPU and GPU); bfloat16 is GPU-only, not the default there (docs/gpu.md); "
+                        "q6_k / q4_0: 6- or 4-bit weights on the CPU, ~3x faster decoding, text close to but not "
+                        "equal to float32's; "
                         "q8_0: 8-bit weights on this project's kernel, greedy text equal to float32's on trained "
                         "models; q4_0m: q4_0 with the head in q6_k, as llama.cpp's Q4_0 files (default: auto)")
     p.add_argument("--linear", default="custom", choices=LINEARS,
@@ -160,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{note}]", file=err)
     try:
         options = BuildOptions(impl=args.impl, device=args.device, dtype=args.dtype, linear=args.linear)
+        if (note := bfloat16_note(options.placement)) and not (args.quiet or args.json):
+            print(f"[{note}]", file=err)
         gpt2 = load_gpt2(checkpoint, options)
     except (WeightsError, DeviceError) as exc:
         print(f"error: {exc}", file=err)

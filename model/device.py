@@ -1,8 +1,11 @@
 """Where the model runs and in which precision.
 
 ``--device auto`` takes an accelerator when MAX sees one, else the CPU.
-``--dtype auto`` is float32 on the CPU and bfloat16 on a GPU: GPUs have fast
-bf16 matmuls. bfloat16 on the CPU is refused: MAX 26.7 fuses GPT-2's layer
+``--dtype auto`` is float32 on the CPU and on a GPU. bfloat16, a GPU's fast
+precision, is there on request, with a line saying why it is not the default:
+on an H200, MAX 26.7's bfloat16 matmuls gave wrong results where several
+rows go through at once (a prompt's tokens, a batch's sequences) while one row
+at a time was right (docs/gpu.md). bfloat16 on the CPU is refused: MAX 26.7 fuses GPT-2's layer
 norm into a CPU kernel that fails to compile in bf16 (its epsilon must be
 float32), and CPUs without AVX512-BF16 ran bf16 matmuls 5x slower than fp32.
 ``--dtype q8_0``, ``q6_k``, ``q4_0`` and ``q4_0m`` are the CPU's reduced precisions
@@ -76,6 +79,14 @@ def auto_note(device: str) -> str | None:
     return None
 
 
+def bfloat16_note(placement: Placement) -> str | None:
+    """A line for the user when a GPU runs bfloat16 (asked for by name), else None."""
+    if placement.kind == "gpu" and placement.dtype == "bfloat16":
+        return ("bfloat16 on a GPU: MAX 26.7's bfloat16 matmuls gave wrong results for several rows at once "
+                "(a prompt, a batch) on an H200; float32 is the default there (docs/gpu.md)")
+    return None
+
+
 def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None = None) -> Placement:
     """Resolve ``--device`` and ``--dtype`` into a concrete placement."""
     if device not in DEVICES:
@@ -96,7 +107,7 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
         raise DeviceError(f"--dtype {dtype} runs on the CPU only (MAX 26.7's quantized matmuls and this project's "
                           "Q8_0 kernel are CPU code); on a GPU use bfloat16 or float32")
     if dtype == "auto":
-        dtype = "bfloat16" if kind == "gpu" else "float32"
+        dtype = "float32"  # on a GPU too: bfloat16_note says why
     if kind == "cpu":
         from model.cpu import kernel_path
 

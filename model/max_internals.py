@@ -14,7 +14,6 @@ output the graph compiler may fuse with the op that follows).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 # --- The eager interpreter's compile events (the checker's compile notices) -------------------

@@ -50,9 +50,9 @@ def build_served_graph(folder: Path, target: Target, dtype: str) -> str:
 
 def ci_plan() -> dict[str, tuple[str, ...]]:
     """What every CI run compiles of the server: the GPU most users rent, in
-    the server's default precision there. (The server's CPU graph is compiled
+    the server's precision there (float32). (The server's CPU graph is compiled
     and run by the serving tests on every machine.)"""
-    return {"sm_90a": ("bfloat16",)}
+    return {"sm_90a": ("float32",)}
 
 
 SERVED = Check("serve.targets", "the server's graph (the course's model with the engine's paged KV cache)",

@@ -22,7 +22,7 @@ from weights import load_state
 
 
 def gpt2_state(folder: Path, config, dtype: DType, head_width: int) -> dict[str, WeightData]:
-    """{parameter name: WeightData} in ``dtype`` (bfloat16 on a GPU), the
+    """{parameter name: WeightData} in ``dtype`` (float32, or bfloat16 on a GPU), the
     embedding and head ``head_width`` rows (zero past the vocabulary: the
     app's own widening, model/gpt2.py)."""
     state = {}

@@ -1,5 +1,7 @@
 """On a machine with an accelerator: the compiled model on the GPU, in float32
-and in bfloat16 (the GPU default), against Hugging Face's reference data.
+(the default there) and in bfloat16, against Hugging Face's reference data,
+and the probes that locate MAX 26.7's bfloat16 fault on the card (marked as
+expected to fail; docs/gpu.md).
 Skipped (with the reason) where MAX sees no accelerator, as on CI.
 
 On a GPU machine with MAX: ``python -m pytest -ra tests/test_gpu.py``. On a
@@ -20,6 +22,13 @@ from model.device import accelerator_count
 
 pytestmark = pytest.mark.skipif(accelerator_count() == 0,
                                 reason="MAX sees no accelerator on this machine (on a GPU machine: docs/gpu.md)")
+
+# MAX 26.7's bfloat16 matmul on an H200: wrong for several rows at once at some
+# shapes, right for one (docs/gpu.md; upstream, modular/modular#6883 reports
+# bfloat16 matmuls wrong at some row counts on an H100). Not strict: which
+# shapes go wrong has varied from run to run; an unexpected pass is reported.
+MAX_BFLOAT16_MATMUL_FAULT = pytest.mark.xfail(
+    reason="MAX 26.7's bfloat16 matmul is wrong for several rows at some shapes (docs/gpu.md)", strict=False)
 
 
 # Tolerances relative to the largest logit. float32 on an H100 measured 1.0e-3
@@ -49,10 +58,10 @@ def test_gpu_logits_and_greedy(dtype, tolerance):
         assert tokens == ref["greedy"][0].tolist()
 
 
-def test_serve_on_the_gpu_in_bfloat16(tmp_path):
-    """`python -m serve --device gpu`: MAX's engine with this architecture in
-    bfloat16; its greedy text agrees with the app's bfloat16 greedy text for
-    the first tokens (bfloat16 rounding may part them later)."""
+def test_serve_on_the_gpu(tmp_path):
+    """`python -m serve --device gpu`: MAX's engine with this architecture on
+    the card (float32, the default there); its greedy text agrees with the
+    app's for the first tokens."""
     import json
     import urllib.request
 
@@ -76,6 +85,7 @@ def test_serve_on_the_gpu_in_bfloat16(tmp_path):
     assert served.split()[:3] == app_text.split()[:3], (served, app_text)
 
 
+@MAX_BFLOAT16_MATMUL_FAULT
 def test_bfloat16_scores_every_position_of_the_demo():
     """The demo (vocabulary 50257) in bfloat16, every position scored at once
     against the stored HF float32 reference: HF's own bfloat16 on an H200 is
@@ -163,6 +173,7 @@ def rounded_to_bfloat16(a: np.ndarray) -> np.ndarray:
     return (bfloat16_bits(a).astype(np.uint32) << 16).view(np.float32)
 
 
+@MAX_BFLOAT16_MATMUL_FAULT
 @pytest.mark.parametrize("vocab", [512, 50257, 50304])
 @pytest.mark.parametrize("rows", [1, 8])
 def test_a_bfloat16_head_of_one_or_several_rows(rows, vocab):
@@ -249,6 +260,7 @@ def matmul_errors(device, device_ref, synchronized: bool = False) -> dict[tuple[
     return errors
 
 
+@MAX_BFLOAT16_MATMUL_FAULT
 def test_the_models_bfloat16_matmuls_at_any_row_count():
     """Every matmul shape of GPT-2 124M in bfloat16 on the card at 1-45 rows
     (a prompt's tokens, or a batch's sequences): one printed line each, and

@@ -20,7 +20,7 @@ def compile_plan(tmp_path, *args) -> tuple[subprocess.CompletedProcess, list[dic
 
 
 def test_the_ci_targets_compile(tmp_path):
-    """The demo for an H100/H200 in bfloat16, and for the x86-64 kernel path
+    """The demo for an H100/H200 in float32 (the GPU default), and for the x86-64 kernel path
     this CPU does not run (AVX2-only or AVX-512 + VNNI) in float32 and q4_0:
     compiled, on any machine."""
     done, rows = compile_plan(tmp_path, "--ci")
@@ -51,12 +51,12 @@ def test_a_target_past_its_time_fails_its_rows_and_says_so(tmp_path):
 
 def test_the_server_s_ci_targets_compile(tmp_path):
     """The server's graph (serve/targets.py: the course's model with the
-    engine's paged KV cache) for an H100/H200 in bfloat16, on any machine."""
+    engine's paged KV cache) for an H100/H200 in float32, on any machine."""
     out = tmp_path / "served.json"
     done = run_python("-m", "serve.targets", "--ci", "--json", str(out), timeout=3600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = json.loads(out.read_text())
-    assert [(r["target"], r["dtype"], r["compiled"]) for r in rows] == [("sm_90a", "bfloat16", True)]
+    assert [(r["target"], r["dtype"], r["compiled"]) for r in rows] == [("sm_90a", "float32", True)]
 
 
 def test_the_server_refuses_a_precision_it_does_not_serve(tmp_path):
