@@ -305,11 +305,16 @@ def main(argv: list[str] | None = None) -> int:
         folder = resolve_model(args.model)
     else:
         folder = random_checkpoint(args.size)
-    if args.dtypes is None:
-        from model.device import choose
+    from model.device import DeviceError, Placement, bfloat16_note, choose
 
+    try:
         on_gpu = choose(args.device, "float32").kind == "gpu"  # --device auto: what this machine has
+    except DeviceError as exc:  # --device gpu where MAX sees none: refused before anything is measured
+        p.error(str(exc))
+    if args.dtypes is None:
         args.dtypes = ["float32", "bfloat16"] if on_gpu else ["float32", *QUANTIZED_DTYPES]
+    if "bfloat16" in args.dtypes and on_gpu:  # its speed is measured; its results are not checked here
+        print(f"[{bfloat16_note(Placement('gpu', 'bfloat16'))}]", file=sys.stderr)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     from bench import llama_cpp

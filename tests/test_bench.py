@@ -125,6 +125,34 @@ def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monk
     assert [r["dtype"] for r in json.loads(out.read_text())["ours"]] == ["float32", "q8_0", "q4_0", "q4_0m"]
 
 
+def test_a_gpu_bench_names_bfloat16_s_fault_and_no_gpu_is_refused_first(tmp_path, monkeypatch, capsys):
+    """On a GPU the bench measures bfloat16 beside float32 and says, once,
+    why bfloat16 is not the default there; --device gpu where MAX sees none
+    is refused before anything is measured."""
+    import bench.__main__ as bench
+    from bench import llama_cpp
+
+    measured = []
+
+    def fake_child(folder, dtype, device, reps, new_tokens, linear="custom"):
+        measured.append(dtype)
+        return {"dtype": dtype, "device": device, "compile_s": 1.0, "start_to_first_token_s": 2.0,
+                "prefill_ms": {"16": 3.0}, "decode_tok_s": {"1": 600.0}}
+
+    monkeypatch.setattr(bench, "measure_ours_in_child", fake_child)
+    monkeypatch.setattr(llama_cpp, "built", lambda: None)
+    monkeypatch.delenv("GPT2_MAX_HF_PYTHON", raising=False)
+    folder = write_checkpoint(tmp_path / "m", SIZES, seed=5)
+    monkeypatch.setattr("model.device.accelerator_count", lambda: 0)
+    with pytest.raises(SystemExit):
+        bench.main(["--model", str(folder), "--device", "gpu", "--json", str(tmp_path / "none.json")])
+    assert "MAX sees no accelerator" in capsys.readouterr().err and measured == []
+    monkeypatch.setattr("model.device.accelerator_count", lambda: 1)
+    assert bench.main(["--model", str(folder), "--device", "gpu", "--json", str(tmp_path / "r.json")]) == 0
+    assert measured == ["float32", "bfloat16"]
+    assert capsys.readouterr().err.count("bfloat16 on a GPU: MAX 26.7's bfloat16 matmuls") == 1
+
+
 def test_rounds_are_merged_into_medians_and_each_round_s_ratio_is_printed(tmp_path, monkeypatch, capsys):
     # --rounds N alternates this project and llama.cpp N times: the table shows
     # each figure's median across the rounds, and a line per precision gives
