@@ -94,8 +94,8 @@ def test_the_command_line_declares_what_gpt2_needs():
     assert flags["--quantization-encoding"] == "float32"
     assert flags["--max-length"] == str(json.loads((DEMO / "config.json").read_text())["n_positions"])
     assert flags["--weight-path"] == str(DEMO / "model.safetensors")
-    assert dict(zip(*[iter(command("--model", "demo", "--device", "gpu")[3:])] * 2)).get("--quantization-encoding") \
-        == "bfloat16"
+    on_gpu = dict(zip(*[iter(command("--model", "demo", "--device", "gpu")[3:])] * 2))
+    assert (on_gpu["--devices"], on_gpu["--quantization-encoding"]) == ("gpu", "float32")  # float32 on a GPU too
 
 
 def test_the_checks_seam_is_where_max_s_entry_builds_its_app():
@@ -404,10 +404,10 @@ def test_end_group_does_not_wait_on_a_group_of_zombies():
 def test_auto_takes_a_gpu_it_sees_except_on_macos(monkeypatch):
     from model import device
 
-    encoding = lambda: dict(zip(*[iter(command("--model", "demo", "--device", "auto")[3:])] * 2))[  # noqa: E731
-        "--quantization-encoding"]
+    devices = lambda: dict(zip(*[iter(command("--model", "demo", "--device", "auto")[3:])] * 2))[  # noqa: E731
+        "--devices"]
     monkeypatch.setattr(device, "accelerator_count", lambda: 1)
     monkeypatch.setattr(device.sys, "platform", "linux")
-    assert encoding() == "bfloat16"
+    assert devices() == "gpu"
     monkeypatch.setattr(device.sys, "platform", "darwin")
-    assert encoding() == "float32"
+    assert devices() == "cpu"
