@@ -15,8 +15,7 @@ from model.options import BuildOptions
 from solutions.solution_01 import GPT2Config
 
 
-def test_second_load_reads_the_saved_graph(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
+def test_second_load_reads_the_saved_graph(new_project_cache, capsys):
     folder, _, ref = reference("tiny-2l-4h")
     first = load_gpt2(folder, device="cpu", with_tokenizer=False)
     compiling = capsys.readouterr().err  # a compile says so first, and how long it took after
@@ -25,7 +24,7 @@ def test_second_load_reads_the_saved_graph(tmp_path, monkeypatch, capsys):
     second = load_gpt2(folder, device="cpu", with_tokenizer=False)
     assert "compiling" not in capsys.readouterr().err  # a saved graph is not compiled
     assert not first.saved_graph and second.saved_graph
-    [saved] = (tmp_path / "graphs").iterdir()  # one folder, no staging left behind
+    [saved] = (new_project_cache / "graphs").iterdir()  # one folder, no staging left behind
     assert saved.name.startswith("gpt2_") and (saved / "manifest.json").is_file()
     assert json.loads((saved / "facts.json").read_text()) == {"quantized_layers": 0, "quantized": {}}
     assert type(second.compiled).__name__ == "SavedGraph"  # driven directly: nothing traced
@@ -36,11 +35,10 @@ def test_second_load_reads_the_saved_graph(tmp_path, monkeypatch, capsys):
     np.testing.assert_array_equal(step, first.step(ref["prompt"], first.empty_cache(1))[0])
 
 
-def test_a_saved_graph_can_also_be_found_by_tracing(tmp_path, monkeypatch, capsys):
+def test_a_saved_graph_can_also_be_found_by_tracing(new_project_cache, monkeypatch, capsys):
     """bfloat16's path (a GPU: its weights are cast by the compile call, so
     its saved graph is looked up by tracing, not driven directly), run here
     on the CPU in float32."""
-    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
     folder, _, ref = reference("tiny-2l-4h")
     first = load_gpt2(folder, device="cpu", with_tokenizer=False)
     real = saved_graphs.store_for
@@ -52,12 +50,11 @@ def test_a_saved_graph_can_also_be_found_by_tracing(tmp_path, monkeypatch, capsy
     np.testing.assert_array_equal(second.forward_logits(ref["ids"]), first.forward_logits(ref["ids"]))
 
 
-def test_switched_off(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
+def test_switched_off(new_project_cache, monkeypatch):
     monkeypatch.setenv("GPT2_MAX_SAVED_GRAPHS", "0")
     folder, _, _ = reference("tiny-2l-4h")
     assert not load_gpt2(folder, device="cpu", with_tokenizer=False).saved_graph
-    assert not (tmp_path / "graphs").exists()
+    assert not (new_project_cache / "graphs").exists()
 
 
 def test_the_name_follows_everything_that_shapes_the_graph(tmp_path, monkeypatch):
@@ -98,15 +95,14 @@ def test_the_learner_s_own_steps_name_the_graph(tmp_path, monkeypatch):
     assert saved_graphs.graph_name(steps, config) != before
 
 
-def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, monkeypatch):
+def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, new_project_cache):
     import os
     import shutil
 
-    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
     source, _, ref = reference("trained-bytes")
     folder = shutil.copytree(source, tmp_path / "ckpt")
     first = load_gpt2(folder, device="cpu", dtype="q4_0", with_tokenizer=False)
-    [saved] = (tmp_path / "cache" / "quantized").iterdir()
+    [saved] = (new_project_cache / "quantized").iterdir()
     assert len(list(saved.glob("*.npy"))) == first.quantized_layers > 0
     second = load_gpt2(folder, device="cpu", dtype="q4_0", with_tokenizer=False)
     assert second.saved_graph and second.quantized_layers == first.quantized_layers  # kept in facts.json
@@ -115,10 +111,10 @@ def test_quantized_blocks_are_saved_once_per_checkpoint(tmp_path, monkeypatch):
     weights = folder / "model.safetensors"
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
     load_gpt2(folder, device="cpu", dtype="q4_0", with_tokenizer=False)
-    assert len(list((tmp_path / "cache" / "quantized").iterdir())) == 2
+    assert len(list((new_project_cache / "quantized").iterdir())) == 2
 
 
-def test_a_saved_q8_0_graph_runs_directly(tmp_path, monkeypatch):
+def test_a_saved_q8_0_graph_runs_directly(tmp_path, new_project_cache, monkeypatch):
     """The custom Q8_0 kernel's weights (int8 codes, float16 scales as uint16 bits) reach a
     saved graph as they reach a compiled one (given as raw numpy arrays they
     crashed it at the first call); and a saved quantized graph starts without
@@ -127,7 +123,6 @@ def test_a_saved_q8_0_graph_runs_directly(tmp_path, monkeypatch):
 
     from weights import resolve_model
 
-    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
     folder = shutil.copytree(resolve_model("demo"), tmp_path / "demo")  # n_embd 128: every layer on the kernel
     first = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
     import model.graph
@@ -136,7 +131,7 @@ def test_a_saved_q8_0_graph_runs_directly(tmp_path, monkeypatch):
         raise AssertionError("the course's model was built for a saved graph")
 
     monkeypatch.setattr(model.graph, "build_lm", not_built)  # which layers are quantized: in the graph's facts
-    shutil.rmtree(tmp_path / "cache" / "quantized")  # so the blocks are made again from those facts
+    shutil.rmtree(new_project_cache / "quantized")  # so the blocks are made again from those facts
     second = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
     assert type(second.compiled).__name__ == "SavedGraph" and second.quantized_layers == first.quantized_layers > 0
     ids = np.array([[15496, 11, 995, 0, 383]])
