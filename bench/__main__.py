@@ -272,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", default="gpt2", choices=["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"],
                    help="GPT-2 shape of the random checkpoint (default: gpt2, 124M)")
     p.add_argument("--dtypes", nargs="+", default=None, choices=[d for d in DTYPES if d != "auto"],
-                   help="this project's precisions to measure (default: float32 q8_0 q6_k q4_0 q4_0m on the CPU; "
-                        "bfloat16 needs --device gpu)")
+                   help="this project's precisions to measure (default: float32 q8_0 q6_k q4_0 q4_0m on the CPU, "
+                        "float32 bfloat16 on a GPU; bfloat16 needs --device gpu)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu", "auto"])
     p.add_argument("--reps", type=int, default=3, help="repetitions per figure; medians are reported (default: 3)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens per decode run (default: 128)")
@@ -299,18 +299,18 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure_ours(Path(args.model), args.worker, args.device, args.reps, args.new_tokens,
                                       linear=args.linear)))
         return 0
+    from model.device import DeviceError, Placement, bfloat16_note, choose
+
+    try:
+        on_gpu = choose(args.device, "float32").kind == "gpu"  # --device auto: what this machine has
+    except DeviceError as exc:  # --device gpu where MAX sees none: refused before a checkpoint is read or written
+        p.error(str(exc))
     if args.model:
         from weights import resolve_model
 
         folder = resolve_model(args.model)
     else:
         folder = random_checkpoint(args.size)
-    from model.device import DeviceError, Placement, bfloat16_note, choose
-
-    try:
-        on_gpu = choose(args.device, "float32").kind == "gpu"  # --device auto: what this machine has
-    except DeviceError as exc:  # --device gpu where MAX sees none: refused before anything is measured
-        p.error(str(exc))
     if args.dtypes is None:
         args.dtypes = ["float32", "bfloat16"] if on_gpu else ["float32", *QUANTIZED_DTYPES]
     if "bfloat16" in args.dtypes and on_gpu:  # its speed is measured; its results are not checked here

@@ -50,8 +50,10 @@ def served_options() -> BuildOptions:
 class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
     """The engine's view of one GPT-2 checkpoint."""
 
-    # float32 is what the CPU runs (and what the app's tests compare against
-    # Hugging Face in); bfloat16 halves a GPU's weight reads.
+    # float32 is what `python -m serve` runs, on the CPU and on a GPU (and what
+    # the app's tests compare against Hugging Face in); bfloat16 is declared, and
+    # compiles for a GPU (serve/targets.py), but is not served: model/device.py's
+    # bfloat16_note says why.
     DEFAULT_ENCODING: ClassVar[SupportedEncoding] = "float32"
     SUPPORTED_ENCODINGS: ClassVar[set[SupportedEncoding]] = {"float32", "bfloat16"}
 

@@ -11,7 +11,8 @@ would allocate the cache on the device, which a virtual device cannot. The
 parameters are declared on the target's device when the module is built
 (the engine builds them on the host and moves them, an eager transfer that
 a virtual device refuses), which gives the same graph. float32 on a CPU;
-float32 and bfloat16 on a GPU, the server's two precisions.
+float32 and bfloat16 on a GPU: the architecture declares both, and
+``python -m serve`` serves float32 (model/device.py's bfloat16_note says why).
 """
 
 from __future__ import annotations

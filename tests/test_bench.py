@@ -142,6 +142,7 @@ def test_a_gpu_bench_names_bfloat16_s_fault_and_no_gpu_is_refused_first(tmp_path
     monkeypatch.setattr(bench, "measure_ours_in_child", fake_child)
     monkeypatch.setattr(llama_cpp, "built", lambda: None)
     monkeypatch.delenv("GPT2_MAX_HF_PYTHON", raising=False)
+    monkeypatch.delenv("GPT2_MAX_LLAMA_CPP", raising=False)
     folder = write_checkpoint(tmp_path / "m", SIZES, seed=5)
     monkeypatch.setattr("model.device.accelerator_count", lambda: 0)
     with pytest.raises(SystemExit):

@@ -1,7 +1,7 @@
 """On a machine with an accelerator: the compiled model on the GPU, in float32
 (the default there) and in bfloat16, against Hugging Face's reference data,
-and the probes that locate MAX 26.7's bfloat16 fault on the card (marked as
-expected to fail; docs/gpu.md).
+and the probes that locate MAX 26.7's bfloat16 fault on the card (one row
+must be right; several rows wrong is an expected failure: docs/gpu.md).
 Skipped (with the reason) where MAX sees no accelerator, as on CI.
 
 On a GPU machine with MAX: ``python -m pytest -ra tests/test_gpu.py``. On a
@@ -23,12 +23,15 @@ from model.device import accelerator_count
 pytestmark = pytest.mark.skipif(accelerator_count() == 0,
                                 reason="MAX sees no accelerator on this machine (on a GPU machine: docs/gpu.md)")
 
-# MAX 26.7's bfloat16 matmul on an H200: wrong for several rows at once at some
-# shapes, right for one (docs/gpu.md; upstream, modular/modular#6883 reports
-# bfloat16 matmuls wrong at some row counts on an H100). Not strict: which
-# shapes go wrong has varied from run to run; an unexpected pass is reported.
-MAX_BFLOAT16_MATMUL_FAULT = pytest.mark.xfail(
-    reason="MAX 26.7's bfloat16 matmul is wrong for several rows at some shapes (docs/gpu.md)", strict=False)
+
+
+def several_rows_wrong(what: str) -> None:
+    """An expected failure where several rows go through a bfloat16 matmul at
+    once: MAX 26.7's fault on an H200, right for one row (docs/gpu.md;
+    upstream, modular/modular#6883 reports bfloat16 matmuls wrong at some row
+    counts on an H100). Which shapes go wrong has varied from run to run, so
+    only what several rows give is excused; one row must be right."""
+    pytest.xfail(f"MAX 26.7's bfloat16 matmul, several rows at once: {what} (docs/gpu.md)")
 
 
 # Tolerances relative to the largest logit. float32 on an H100 measured 1.0e-3
@@ -82,10 +85,9 @@ def test_serve_on_the_gpu(tmp_path):
                      "--max-new-tokens", "8", "--json", "And it came to pass")
     assert app.returncode == 0, app.stderr[-2000:]
     app_text = json.loads(app.stdout.strip().splitlines()[-1])["text"]
-    assert served.split()[:3] == app_text.split()[:3], (served, app_text)
+    assert served == app_text  # both float32
 
 
-@MAX_BFLOAT16_MATMUL_FAULT
 def test_bfloat16_scores_every_position_of_the_demo():
     """The demo (vocabulary 50257) in bfloat16, every position scored at once
     against the stored HF float32 reference: HF's own bfloat16 on an H200 is
@@ -118,7 +120,8 @@ def test_bfloat16_scores_every_position_of_the_demo():
     for i in range(ids.shape[1]):
         logits, cache = gpt2.step(ids[:, i:i + 1], cache)
         one_at_a_time.append(logits)
-    report("one position a call", np.stack(one_at_a_time, 1), slice(None))
+    error, agree = report("one position a call", np.stack(one_at_a_time, 1), slice(None))
+    assert error <= 0.05 and agree == 1.0  # one row through every matmul: right (2.0% on an H200)
     report("the last after a prefill", gpt2.step(ids, gpt2.empty_cache(1))[0], -1)
     seq = ids.shape[1]
     report("the last after a prefill, cache of the prompt's length", gpt2.step(ids, gpt2.empty_cache(1, seq))[0], -1)
@@ -127,7 +130,8 @@ def test_bfloat16_scores_every_position_of_the_demo():
     report("every position, cache of the context window", scored(gpt2, ids, range(seq), None), slice(None))
     report("the last two positions", scored(gpt2, ids, [seq - 2, seq - 1], seq), slice(seq - 2, seq))
     error, agree = report("every position in one call", gpt2.forward_logits(ids), slice(None))
-    assert error <= 0.05 and agree >= 0.875
+    if not (error <= 0.05 and agree >= 0.875):
+        several_rows_wrong(f"the demo's every position {error:.1%} off, argmax agreement {agree:.3f}")
 
 
 @contextlib.contextmanager
@@ -173,7 +177,6 @@ def rounded_to_bfloat16(a: np.ndarray) -> np.ndarray:
     return (bfloat16_bits(a).astype(np.uint32) << 16).view(np.float32)
 
 
-@MAX_BFLOAT16_MATMUL_FAULT
 @pytest.mark.parametrize("vocab", [512, 50257, 50304])
 @pytest.mark.parametrize("rows", [1, 8])
 def test_a_bfloat16_head_of_one_or_several_rows(rows, vocab):
@@ -202,6 +205,8 @@ def test_a_bfloat16_head_of_one_or_several_rows(rows, vocab):
     expected = rounded_to_bfloat16(x) @ rounded_to_bfloat16(w).T
     error = np.abs(got - expected).max() / np.abs(expected).max()
     print(f"rows {rows}, vocab {vocab}: max |error| / max |value| = {error:.2e}")
+    if error > 1e-2 and rows > 1:
+        several_rows_wrong(f"{rows} rows x width {vocab} {error:.1%} off")
     assert error <= 1e-2
 
 
@@ -260,25 +265,27 @@ def matmul_errors(device, device_ref, synchronized: bool = False) -> dict[tuple[
     return errors
 
 
-@MAX_BFLOAT16_MATMUL_FAULT
 def test_the_models_bfloat16_matmuls_at_any_row_count():
-    """Every matmul shape of GPT-2 124M in bfloat16 on the card at 1-45 rows
-    (a prompt's tokens, or a batch's sequences): one printed line each, and
-    the test names every one that is off. The head at 8 rows and width 50257
-    measured 65% off on an H200 (width 50304 right: the GPU build pads it)."""
+    """Every matmul shape of GPT-2 124M and the demo in bfloat16 on the card
+    at 1-45 rows (a prompt's tokens, or a batch's sequences), with the device
+    synchronized around each call and without: one printed line each. One row
+    must be right; several rows wrong is MAX's fault (several_rows_wrong)."""
     from max.driver import Accelerator
     from max.graph import DeviceRef
 
-    errors = matmul_errors(Accelerator(), DeviceRef.GPU(), synchronized=True)
-    for (inner, outer, rows), error in errors.items():
-        print(f"bfloat16 matmul, synchronized, inner {inner:>4} outer {outer:>5} rows {rows:>2}: {error:.2e}")
-    errors = matmul_errors(Accelerator(), DeviceRef.GPU())
-    for (inner, outer, rows), error in errors.items():
-        print(f"bfloat16 matmul inner {inner:>4} outer {outer:>5} rows {rows:>2}: {error:.2e}")
-    # Attention's batched product measured 1.7e-2 on a CPU in bfloat16 (8 rows): a looser bound there.
-    wrong = {shape: error for shape, error in errors.items() if error > (3e-2 if shape[0] == 64 else 1e-2)}
-    widths = {shape for shape in wrong if shape[1] != 50257}  # 50257 is padded away by the build
-    assert not widths, f"wrong on the card (inner, outer, rows): {wrong}"
+    wrong = {}
+    for synchronized in (True, False):
+        how = "synchronized" if synchronized else "as the app calls"
+        errors = matmul_errors(Accelerator(), DeviceRef.GPU(), synchronized=synchronized)
+        for (inner, outer, rows), error in errors.items():
+            print(f"bfloat16 matmul, {how}, inner {inner:>4} outer {outer:>5} rows {rows:>2}: {error:.2e}")
+            # Attention's batched product measured 1.7e-2 on a CPU in bfloat16 (8 rows): a looser bound there.
+            if error > (3e-2 if inner == 64 else 1e-2):
+                wrong[how, inner, outer, rows] = error
+    one_row = {shape: error for shape, error in wrong.items() if shape[3] == 1}
+    assert not one_row, f"wrong on the card at one row: {one_row}"
+    if wrong:
+        several_rows_wrong(f"{len(wrong)} of {2 * len(errors)} (how, inner, outer, rows) off: {sorted(wrong)}")
 
 
 def attention_and_tail_errors(device, device_ref, dtype) -> dict[tuple[str, int], float]:
