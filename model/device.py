@@ -79,6 +79,11 @@ def auto_note(device: str) -> str | None:
     return None
 
 
+# What ``--dtype auto`` runs on each kind of device, and what the server and
+# CI's GPU compile use: float32 on a GPU too (bfloat16_note says why).
+AUTO_DTYPE = {"cpu": "float32", "gpu": "float32"}
+
+
 def bfloat16_note(placement: Placement) -> str | None:
     """A line for the user when a GPU runs bfloat16 (asked for by name), else None."""
     if placement.kind == "gpu" and placement.dtype == "bfloat16":
@@ -107,7 +112,7 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
         raise DeviceError(f"--dtype {dtype} runs on the CPU only (MAX 26.7's quantized matmuls and this project's "
                           "Q8_0 kernel are CPU code); on a GPU use bfloat16 or float32")
     if dtype == "auto":
-        dtype = "float32"  # on a GPU too: bfloat16_note says why
+        dtype = AUTO_DTYPE[kind]
     if kind == "cpu":
         from model.cpu import kernel_path
 

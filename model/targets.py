@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from model.device import DTYPES, QUANTIZED_DTYPES
+from model.device import AUTO_DTYPE, DTYPES, QUANTIZED_DTYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,7 @@ def ci_plan() -> dict[str, tuple[str, ...]]:
     from model import cpu
 
     other = "x86-64-v3" if cpu.native_path() == "avx512-vnni" else "x86-64-v4-vnni"
-    return {"sm_90a": ("float32",), other: ("float32", "q4_0")}
+    return {"sm_90a": (AUTO_DTYPE["gpu"],), other: ("float32", "q4_0")}
 
 
 def checkpoint(model: str) -> Path:

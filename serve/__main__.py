@@ -32,6 +32,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from model.device import AUTO_DTYPE
 from model.options import IMPLS, LINEARS, BuildOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,13 +95,13 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         if note := auto_note("auto"):
             print(f"serve: {note}", file=sys.stderr)
     # What the engine's process builds (serve/model_config.py reads it back):
-    # float32 (on a GPU too: model/device.py's bfloat16_note), the --impl and --linear asked for,
+    # --dtype auto's precision for the device (float32: model/device.py), the --impl and --linear asked for,
     # and with --echo a network that returns every position's logits. Not
     # MAX's own --enable-echo: in MAX 26.7 it also switches the sampler to
     # every position's logits, and that sampler cannot be built with
     # penalties ("repetition_penalty tensor shape [Dim('batch')] does not
     # match logits_buffer shape [Dim('total_output_len'), ...]").
-    options = BuildOptions(impl=args.impl, device=device, dtype="float32",
+    options = BuildOptions(impl=args.impl, device=device, dtype=AUTO_DTYPE[device],
                            linear=args.linear, every_position=args.echo)
     command = [
         # `max serve` with the project's request checks in front of its

@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from model.device import AUTO_DTYPE
 from model.targets import GPU_DTYPES, Check, Target, main
 
 
@@ -53,7 +54,7 @@ def ci_plan() -> dict[str, tuple[str, ...]]:
     """What every CI run compiles of the server: the GPU most users rent, in
     the server's precision there (float32). (The server's CPU graph is compiled
     and run by the serving tests on every machine.)"""
-    return {"sm_90a": ("float32",)}
+    return {"sm_90a": (AUTO_DTYPE["gpu"],)}
 
 
 SERVED = Check("serve.targets", "the server's graph (the course's model with the engine's paged KV cache)",
