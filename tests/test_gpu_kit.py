@@ -190,7 +190,7 @@ def test_the_start_up_hook_for_python_3_12_compiles():
 
 def test_the_stages(there):
     plan = run.stages("python3", "gpu", there)
-    assert list(plan) == ["check", "tests", "accuracy", "bench", "bench-xl", "serve", "show", "suite"]
+    assert list(plan) == ["check", "tests", "accuracy", "bench", "bench-xl", "serve", "bench-serve", "show", "suite"]
     assert ["python3", "-m", "model", "--model", "demo", "--device", "gpu", "--dtype", "bfloat16",
             "--temperature", "0", "--max-new-tokens", "12", run.PROMPT] in plan["check"]
     assert all("--hf-python" in c for c in plan["bench"] + plan["accuracy"])
@@ -198,5 +198,5 @@ def test_the_stages(there):
     (kit.site()).mkdir(parents=True)
     (kit.site() / ".kit").write_text("0" * 12)
     # More files than a call brings back: refused before anything runs.
-    assert run.run(["accuracy", "bench", "bench-xl", "serve", "show"], logs=there) == 2
+    assert run.run(["accuracy", "bench", "bench-xl", "bench-serve", "show"], logs=there) == 2
     assert not (there / "summary.txt").exists()
