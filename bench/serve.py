@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from model.options import LINEARS
+from serve import step_times
 from serve.__main__ import MAX_BATCH_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,8 +179,9 @@ def level_prompts(tokenizer, levels, lengths, round_number: int, per_client: int
 
 
 def measure(name: str, command: list[str], model: str, texts: dict[int, list[str]], max_tokens, tokenizer,
-            log: Path) -> list[dict]:
-    """Start ``command`` and load it at each concurrency of ``texts`` (its prompts, level_prompts)."""
+            log: Path, env: dict[str, str] | None = None) -> list[dict]:
+    """Start ``command`` (``env`` added to its environment) and load it at each
+    concurrency of ``texts`` (its prompts, level_prompts)."""
     port = free_port()
     command = [part.replace("{port}", str(port)) for part in command]
     base = f"http://127.0.0.1:{port}"
@@ -187,7 +189,7 @@ def measure(name: str, command: list[str], model: str, texts: dict[int, list[str
         # env passed explicitly: once MAX has run, its runtime's C-level
         # PYTHONPATH would hide the venv's packages from a child.
         process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                   env=dict(os.environ))
+                                   env={**os.environ, **(env or {})})
     try:
         try:
             ready = wait_ready(base, process, 1800, name)
@@ -267,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="requests per concurrency level: K per client, at least 16 (default: 2)")
     p.add_argument("--serve-flag", action="append", default=[], metavar="FLAG",
                    help="pass FLAG on to max serve (repeatable), e.g. --serve-flag=--enable-chunked-prefill")
+    p.add_argument("--step-times", action="store_true",
+                   help="time every step of this project's server: the graph's share and the engine's, per batch "
+                        "size (serve/step_times.py; the timing waits for the device after each step)")
     args = p.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",")]
 
@@ -296,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             print("bench.serve: no llama-server (run `pixi run llama-setup`); measuring this project only",
                   file=sys.stderr)
     rounds = []
+    steps_file = logs / "max-serve-steps.jsonl"
+    steps_file.unlink(missing_ok=True)
     for number in range(args.rounds):
         if args.rounds > 1:
             print(f"round {number + 1} of {args.rounds}", file=sys.stderr, flush=True)
@@ -304,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                                      "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window),
                                      "--linear", args.linear,
                                      *(["--", *args.serve_flag] if args.serve_flag else [])],
-                       str(folder), texts, args.max_tokens, tokenizer, logs / "max-serve.log")
+                       str(folder), texts, args.max_tokens, tokenizer, logs / "max-serve.log",
+                       {step_times.VARIABLE: str(steps_file)} if args.step_times else None)
         theirs = None  # the baseline's rows: llama-server, or HF generate with --hf-python
         try:  # a baseline that does not start loses its column, not this project's figures
             if bin_dir is not None:
@@ -334,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(ours, theirs, baseline))
     if args.rounds > 1 and theirs:
         print("\n".join(["", *round_ratios(rounds, baseline)]))
+    if args.step_times:
+        print(f"\nmax-serve's steps, every round (medians; {steps_file}):")
+        print(step_times.table(step_times.summary(step_times.read(steps_file))))
     if args.json:
         key = "hf_generate" if args.hf_python else "llama_server"
         args.json.write_text(json.dumps({"ours": ours, key: theirs, "rounds": [{"ours": o, key: t} for o, t in rounds]},

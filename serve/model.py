@@ -29,6 +29,7 @@ from model.layers import linear_maker
 from model.max_internals import graph_value
 from serve.model_config import GPT2ServeConfig
 from serve.network import GPT2Ragged
+from serve.step_times import timed_step
 from serve.weight_adapters import gpt2_state
 
 logger = logging.getLogger("max.pipelines")
@@ -166,7 +167,10 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
                                  [None if s is None else tokens[s] for s in spans])
 
     def execute(self, model_inputs):
-        outputs = super().execute(model_inputs)
+        # Timed only with GPT2_MAX_STEP_TIMES set (serve/step_times.py; bench.serve --step-times).
+        with timed_step(model_inputs.input_row_offsets.shape[0] - 1, model_inputs.tokens.shape[0],
+                        self.devices[0].synchronize):
+            outputs = super().execute(model_inputs)
         if self.devices[0].is_host:
             # As the app does after its first graph call (model/engine_threads.py):
             # MAX's background threads at the lowest priority; once per process.

@@ -26,6 +26,7 @@ from checkpoints import STEP_07_EDITS, demo_reference, edited_learner_tree, gree
 from conftest import run_python
 
 from bench.serve import NotReady, free_port, group_alive, stop, wait_ready
+from serve import step_times
 
 openai = pytest.importorskip("openai")
 
@@ -73,7 +74,10 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("serve") / "server.log")
+    folder = tmp_path_factory.mktemp("serve")
+    # Its steps timed too (serve/step_times.py): test_each_step_is_timed_when_asked reads them.
+    srv = Server(folder / "server.log", env={**os.environ, step_times.VARIABLE: str(folder / "steps.jsonl")})
+    srv.steps = folder / "steps.jsonl"
     seconds = srv.wait_ready()
     print(f"\nserver ready in {seconds:.0f} s")
     yield srv
@@ -126,6 +130,22 @@ def test_greedy_equals_hugging_face(client, reference, tokenizer):
     got = tokenizer(out.choices[0].text)["input_ids"]
     assert got == want, f"served {out.choices[0].text!r}\nHF    {tokenizer.decode(want)!r}"
     assert out.usage.completion_tokens == len(want)
+
+
+def test_each_step_is_timed_when_asked(server, client, tokenizer):
+    """With GPT2_MAX_STEP_TIMES set, the model worker writes a line per engine
+    step: one request of a new prompt is one step with its prompt's tokens,
+    then one step a token (one sequence, one token), each with the graph's time."""
+    before = len(step_times.read(server.steps)) if server.steps.exists() else 0
+    prompt = "Where the step timer's own request begins"
+    out = complete(client, prompt, 6, temperature=0)
+    assert out.usage.completion_tokens == 6
+    steps = step_times.read(server.steps)[before:]
+    assert steps[0]["sequences"] == 1 and 1 < steps[0]["tokens"] <= len(tokenizer(prompt)["input_ids"])
+    assert [(s["sequences"], s["tokens"]) for s in steps[1:]] == [(1, 1)] * 5
+    assert all(s["graph_s"] > 0 for s in steps) and [s["start"] for s in steps] == sorted(s["start"] for s in steps)
+    kinds = {(r["kind"], r["sequences"]): r["steps"] for r in step_times.summary(steps)}
+    assert kinds == {("decode", 1): 5, ("with a prompt", 1): 1}
 
 
 def test_greedy_equals_the_app(client, reference, tokenizer):

@@ -411,3 +411,35 @@ def test_auto_takes_a_gpu_it_sees_except_on_macos(monkeypatch):
     assert devices() == "gpu"
     monkeypatch.setattr(device.sys, "platform", "darwin")
     assert devices() == "cpu"
+
+
+def test_step_times_split_each_step_into_the_graph_and_the_engine(tmp_path, monkeypatch):
+    """serve/step_times.py: nothing is written without its variable; with it, a
+    line a step; the summary groups decode steps and steps with a prompt by
+    batch size, takes the engine's part as the time to the next step's start
+    that the graph did not take, and leaves a wait for requests out."""
+    from serve import step_times
+
+    path = tmp_path / "steps.jsonl"
+    monkeypatch.delenv(step_times.VARIABLE, raising=False)
+    with step_times.timed_step(1, 1, lambda: None):
+        pass
+    assert not path.exists()
+    monkeypatch.setenv(step_times.VARIABLE, str(path))
+    synced = []
+    with step_times.timed_step(2, 9, lambda: synced.append(True)):
+        pass
+    assert synced == [True] and step_times.read(path)[0]["sequences"] == 2 and step_times.read(path)[0]["tokens"] == 9
+
+    def step(start, graph, sequences, tokens):
+        return {"start": start, "graph_s": graph, "sequences": sequences, "tokens": tokens}
+
+    steps = [step(0.0, 0.100, 1, 16), step(0.110, 0.020, 1, 1), step(0.136, 0.020, 1, 1),
+             step(0.162, 0.020, 1, 1), step(5.0, 0.020, 1, 1)]  # then 4.8 s idle: a new request
+    rows = {(r["kind"], r["sequences"]): r for r in step_times.summary(steps)}
+    assert set(rows) == {("decode", 1), ("with a prompt", 1)}
+    decode = rows["decode", 1]
+    assert decode["steps"] == 4 and decode["graph_ms"] == pytest.approx(20)
+    assert decode["step_ms"] == pytest.approx(26) and decode["engine_ms"] == pytest.approx(6)
+    assert rows["with a prompt", 1]["engine_ms"] == pytest.approx(10)
+    assert "decode" in step_times.table(list(rows.values()))
