@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
     rounds = []
     steps_file = logs / "max-serve-steps.jsonl"
-    steps_file.unlink(missing_ok=True)
+    if args.step_times:
+        steps_file.unlink(missing_ok=True)  # this run's steps only
     for number in range(args.rounds):
         if args.rounds > 1:
             print(f"round {number + 1} of {args.rounds}", file=sys.stderr, flush=True)

@@ -61,12 +61,11 @@ def summary(steps: list[dict], idle_s: float = 0.25) -> list[dict]:
         groups.setdefault((kind, step["sequences"]), []).append((step["graph_s"], interval))
     rows = []
     for (kind, sequences), times in sorted(groups.items()):
-        graph = statistics.median(g for g, _ in times)
-        intervals = [i for _, i in times if i is not None]
-        engine = statistics.median(i - g for g, i in times if i is not None) if intervals else None
-        rows.append({"kind": kind, "sequences": sequences, "steps": len(times), "graph_ms": 1e3 * graph,
-                     "step_ms": 1e3 * statistics.median(intervals) if intervals else None,
-                     "engine_ms": None if engine is None else 1e3 * engine})
+        followed = [(g, i) for g, i in times if i is not None]  # steps with a next step to measure to
+        rows.append({"kind": kind, "sequences": sequences, "steps": len(times),
+                     "graph_ms": 1e3 * statistics.median(g for g, _ in times),
+                     "step_ms": 1e3 * statistics.median(i for _, i in followed) if followed else None,
+                     "engine_ms": 1e3 * statistics.median(i - g for g, i in followed) if followed else None})
     return rows
 
 

@@ -75,9 +75,9 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve")
-    # Its steps timed too (serve/step_times.py): test_each_step_is_timed_when_asked reads them.
-    srv = Server(folder / "server.log", env={**os.environ, step_times.VARIABLE: str(folder / "steps.jsonl")})
-    srv.steps = folder / "steps.jsonl"
+    steps = folder / "steps.jsonl"  # its steps timed too (serve/step_times.py): test_each_step_is_timed_when_asked
+    srv = Server(folder / "server.log", env={**os.environ, step_times.VARIABLE: str(steps)})
+    srv.steps = steps
     seconds = srv.wait_ready()
     print(f"\nserver ready in {seconds:.0f} s")
     yield srv
