@@ -21,6 +21,7 @@ streamed chunk) when it says so, else the streamed text re-tokenized.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import signal
@@ -101,6 +102,9 @@ def run_load(base: str, model: str, texts: list[str], max_tokens: int, concurren
             return one_request(base, model, text, max_tokens, tokenizer)
         except urllib.error.HTTPError as exc:  # counted, not fatal: the table says how many failed
             print(f"bench.serve: a request failed: {exc.code} {exc.read()[:200]!r}", file=sys.stderr)
+            return None
+        except (OSError, http.client.HTTPException) as exc:  # refused, reset, cut short: counted the same
+            print(f"bench.serve: a request failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return None
 
     start = time.perf_counter()

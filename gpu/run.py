@@ -59,6 +59,13 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         # own, since the server's cold compiles for the test and for 124M do not both fit one call.
         "bench-serve": [[python, "-m", "bench.serve", "--device", device, "--hf-python", python,
                          "--json", str(logs / "bench-serve.json")]],
+        # Where a served step's time goes on the card (the graph against the engine around it), then the
+        # same load with MAX's overlap scheduler on (it prepares the next step while the card runs this one;
+        # refused on the CPU, never tried on a GPU): no baseline, the first command's rows are the one to beat.
+        "serve-overlap": [[python, "-m", "bench.serve", "--device", device, "--no-llama-cpp", "--step-times",
+                           "--json", str(logs / "serve-steps.json")],
+                          [python, "-m", "bench.serve", "--device", device, "--no-llama-cpp",
+                           "--serve-flag=--enable-overlap-scheduler", "--json", str(logs / "serve-overlap.json")]],
         "show": [[python, "-m", "model.attention_map", PROMPT, "--model", "demo", "--device", device,
                   "--out", str(logs / "attention.png")],
                  [python, "-m", "checker.show", "07", "--file", "solutions/solution_07.py"]],
@@ -68,7 +75,7 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
 
 # Logs the stages' programs keep in the project's cache folder (model/caches.py), whose
 # last lines are added to the stage's own log: they stay on the machine otherwise.
-KEPT_LOGS = {"bench-serve": "bench-serve"}
+KEPT_LOGS = {"bench-serve": "bench-serve", "serve-overlap": "bench-serve"}
 
 
 def cache() -> Path:

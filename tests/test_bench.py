@@ -264,9 +264,9 @@ HF_PYTHON = os.environ.get("GPT2_MAX_HF_PYTHON")
 @pytest.mark.skipif(not HF_PYTHON, reason="needs an interpreter with torch + transformers: GPT2_MAX_HF_PYTHON")
 def test_the_hf_baselines_run_on_the_demo(tmp_path):
     """bench/hf_server.py answers bench.serve's streamed requests with HF's
-    greedy text, and bench/hf_logits.py gives the stored reference's logits
+    greedy text, 32 clients at once too, and bench/hf_logits.py gives the stored reference's logits
     (the scripts the GPU run uses with --device cuda; here on the CPU)."""
-    from bench.serve import free_port, one_request, wait_ready
+    from bench.serve import free_port, one_request, run_load, wait_ready
     from weights import load_tokenizer
 
     demo = ROOT / "weights" / "demo"
@@ -274,14 +274,15 @@ def test_the_hf_baselines_run_on_the_demo(tmp_path):
         ref = {k: data[k] for k in data.files}
     np.savez(tmp_path / "in.npz", ids=ref["ids"], prompt=ref["prompt"], new_tokens=ref["greedy"].shape[1])
     done = subprocess.run([HF_PYTHON, str(ROOT / "bench" / "hf_logits.py"), str(demo), str(tmp_path / "in.npz"),
-                           str(tmp_path / "out.npz")], capture_output=True, text=True)
+                           str(tmp_path / "out.npz")], capture_output=True, text=True, env=dict(os.environ))
     assert done.returncode == 0, done.stderr[-2000:]
     with np.load(tmp_path / "out.npz") as out:
         assert np.abs(out["logits"] - ref["logits"]).max() <= 1e-4 * np.abs(ref["logits"]).max()
         assert (out["greedy"] == ref["greedy"]).all()
     port = free_port()
     server = subprocess.Popen([HF_PYTHON, str(ROOT / "bench" / "hf_server.py"), str(demo), "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+                              env=dict(os.environ))  # not MAX's C-level PYTHONPATH (tests/conftest.py's run_python)
     try:
         base = f"http://127.0.0.1:{port}"
         wait_ready(base, server, 120, "hf_server")
@@ -294,9 +295,49 @@ def test_the_hf_baselines_run_on_the_demo(tmp_path):
         with urllib.request.urlopen(request, timeout=60) as r:
             text = json.loads(r.read())["choices"][0]["text"]
         assert text == tokenizer.decode([int(t) for t in ref["greedy"][0][:8]])
+        # bench.serve's largest load, 32 clients connecting at once: every one answered
+        row = run_load(base, "demo", [prompt] * 65, 2, 32, tokenizer)
+        assert (row["requests"], row["failed"]) == (64, 0)
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
+
+
+def test_serve_bench_counts_a_dropped_connection_as_a_failed_request():
+    """A server that closes some connections unanswered (what an overflowing
+    listen queue gives 32 clients): bench.serve counts them in "failed" and
+    measures the rest, instead of stopping the whole bench."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from bench.serve import run_load
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            prompt = json.loads(self.rfile.read(int(self.headers["content-length"])))["prompt"]
+            if prompt == "dropped":
+                self.close_connection = True
+                return  # no status line: the client reads an empty reply
+            self.send_response(200)
+            self.end_headers()
+            for chunk in ({"choices": [{"text": "a"}]}, {"choices": [], "usage": {"completion_tokens": 3}}):
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        row = run_load(base, "fake", ["warm", "kept", "dropped", "kept", "dropped", "kept"], 3, 4, tokenizer=None)
+    finally:
+        server.shutdown()
+    assert (row["requests"], row["failed"]) == (3, 2)
+    assert row["output_tokens_per_s"] > 0
 
 
 def test_serve_bench_fits_its_prompts_to_the_window():

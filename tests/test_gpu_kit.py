@@ -190,10 +190,14 @@ def test_the_start_up_hook_for_python_3_12_compiles():
 
 def test_the_stages(there):
     plan = run.stages("python3", "gpu", there)
-    assert list(plan) == ["check", "tests", "accuracy", "bench", "bench-xl", "serve", "bench-serve", "show", "suite"]
+    assert list(plan) == ["check", "tests", "accuracy", "bench", "bench-xl", "serve", "bench-serve", "serve-overlap", "show",
+                          "suite"]
     assert ["python3", "-m", "model", "--model", "demo", "--device", "gpu", "--dtype", "bfloat16",
             "--temperature", "0", "--max-new-tokens", "12", run.PROMPT] in plan["check"]
     assert all("--hf-python" in c for c in plan["bench"] + plan["accuracy"])
+    # the overlap run is the step-timed run's load with one flag passed on to max serve
+    timed, overlapped = plan["serve-overlap"]
+    assert "--step-times" in timed and "--serve-flag=--enable-overlap-scheduler" in overlapped
     assert run.run(["check"], logs=there) == 2  # refused before unpacking
     (kit.site()).mkdir(parents=True)
     (kit.site() / ".kit").write_text("0" * 12)
