@@ -20,26 +20,28 @@ def compile_plan(tmp_path, *args) -> tuple[subprocess.CompletedProcess, list[dic
 
 
 def test_the_ci_targets_compile(tmp_path):
-    """The demo for an H100/H200 in float32 (the GPU default), and for the x86-64 kernel path
-    this CPU does not run (AVX2-only or AVX-512 + VNNI) in float32 and q4_0:
+    """The demo for an H100/H200 in float32 (the GPU default) and bfloat16, and for the x86-64
+    kernel path this CPU does not run (AVX2-only or AVX-512 + VNNI) in float32 and q4_0:
     compiled, on any machine."""
     done, rows = compile_plan(tmp_path, "--ci")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     plan = targets.ci_plan()
     assert {(r["target"], r["dtype"]) for r in rows} == {(t, d) for t, ds in plan.items() for d in ds}
-    assert plan["sm_90a"] == ("float32",) and ({"x86-64-v3", "x86-64-v4-vnni"} & set(plan))  # the GPU default
+    assert plan["sm_90a"] == ("float32", "bfloat16") and ({"x86-64-v3", "x86-64-v4-vnni"} & set(plan))
     assert all(r["compiled"] for r in rows)
     assert f"{len(rows)} of {len(rows)} compiled" in done.stdout
 
 
 def test_a_target_that_fails_is_named_with_its_first_error_line(tmp_path):
     """Quantized weights on a GPU are refused before any compile: each row
-    says why, one failure does not stop the next row, and the run fails."""
-    done, rows = compile_plan(tmp_path, "sm_90a", "--dtypes", "q8_0", "q4_0")
+    says why, one failure does not stop the next row, and the run fails.
+    Two targets at a time: the rows come back in the order asked."""
+    done, rows = compile_plan(tmp_path, "sm_90a", "sm_80", "--dtypes", "q8_0", "q4_0", "--jobs", "2")
     assert done.returncode == 1
-    assert [(r["dtype"], r["compiled"]) for r in rows] == [("q8_0", False), ("q4_0", False)]
+    assert [(r["target"], r["dtype"], r["compiled"]) for r in rows] == [
+        ("sm_90a", "q8_0", False), ("sm_90a", "q4_0", False), ("sm_80", "q8_0", False), ("sm_80", "q4_0", False)]
     assert all("runs on the CPU only" in r["detail"] for r in rows)
-    assert done.stdout.count("FAILED") == 2 and "0 of 2 compiled" in done.stdout
+    assert done.stdout.count("FAILED") == 4 and "0 of 4 compiled" in done.stdout
 
 
 def test_a_target_past_its_time_fails_its_rows_and_says_so(tmp_path):
