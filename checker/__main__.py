@@ -147,4 +147,7 @@ def check_all(color: bool, solution: bool) -> int:
 
 
 if __name__ == "__main__":
+    from checker import maxrun
+
+    maxrun.without_gpus()  # the checks run on the CPU: nothing for MAX to compile for a GPU
     sys.exit(main())

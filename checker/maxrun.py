@@ -20,6 +20,21 @@ from checker.harness import CheckFailed, to_numpy
 # (batch, sequence length): batch 1 and 2, a single token, a short and a long
 # (> 64) sequence.
 SHAPES = [(1, 1), (2, 7), (2, 70)]
+# What hides GPUs from a process: NVIDIA's driver reads the first, AMD's runtimes the others.
+GPU_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def without_gpus() -> None:
+    """Hide the GPUs from this process and its children, before MAX first
+    looks for devices: called where the checker's own processes start
+    (``python -m checker``, ``python -m checker.show``), never in the suite
+    or the app, whose later children may want a GPU. The checks run on the
+    CPU on every machine (``interpreter()``); a GPU in MAX's sight keeps the
+    shipped CPU kernels out (checker/eager_kernels), so every eager op
+    compiles on first use: a first ``checker.show 07`` on an H200 machine was
+    still compiling after 175 s."""
+    for name in GPU_VISIBILITY:
+        os.environ[name] = "-1"
 
 
 class WithoutStoreLines:

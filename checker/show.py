@@ -362,4 +362,5 @@ def draw(panels: dict[str, np.ndarray], out: Path) -> None:
 
 
 if __name__ == "__main__":
+    maxrun.without_gpus()  # the learner's module runs on the CPU: nothing for MAX to compile for a GPU
     sys.exit(main())

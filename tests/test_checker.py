@@ -138,3 +138,25 @@ def test_test_all_gives_an_untouched_bonus_step_one_line(monkeypatch, capsys):
     ran.clear()
     cli.check_all(color=False, solution=True)  # the solutions: every step runs
     assert ran == [s.number for s in registry.STEPS]
+
+
+def test_the_checker_s_processes_hide_the_gpus_from_max():
+    """`python -m checker` and `python -m checker.show` run the learner's code
+    on the CPU: their processes hide the GPUs before MAX looks for devices, so that
+    on a GPU machine the shipped CPU kernels serve and nothing compiles for
+    the GPU. Run as the learner runs them (the modules' __main__ blocks)."""
+    probe = """
+import os, runpy, sys
+sys.argv = {argv!r}
+try:
+    runpy.run_module({module!r}, run_name="__main__")
+except SystemExit:
+    pass
+print("hidden:", [os.environ.get(name) for name in {names!r}])
+"""
+    from checker.maxrun import GPU_VISIBILITY
+
+    for module, argv in (("checker", ["checker", "01", "--solution", "--no-color"]), ("checker.show", ["show", "99"])):
+        done = run_python("-c", probe.format(argv=argv, module=module, names=GPU_VISIBILITY), timeout=300)
+        last = done.stdout.strip().splitlines()[-1]
+        assert last.startswith(f"hidden: {['-1'] * len(GPU_VISIBILITY)}"), (module, done.stdout, done.stderr[-2000:])
