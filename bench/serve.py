@@ -100,7 +100,7 @@ def run_load(base: str, model: str, texts: list[str], max_tokens: int, concurren
     def attempt(text: str) -> dict | None:
         try:
             return one_request(base, model, text, max_tokens, tokenizer)
-        except urllib.error.HTTPError as exc:  # counted, not fatal: the table says how many failed
+        except urllib.error.HTTPError as exc:  # counted, not fatal: a line under the table says how many
             print(f"bench.serve: a request failed: {exc.code} {exc.read()[:200]!r}", file=sys.stderr)
             return None
         except (OSError, http.client.HTTPException) as exc:  # refused, reset, cut short: counted the same
@@ -224,6 +224,12 @@ def table(ours: list[dict], llama: list[dict] | None, baseline: str = "llama-ser
                 lines.append(f"| {r['concurrency']:g} | {label} | {row['requests_per_s']:.3f} | "
                              f"{row['output_tokens_per_s']:.1f} | {row['ttft_p50_ms']:.1f} | "
                              f"{row['ttft_p99_ms']:.1f} | {ratio if row is r else ''} |")
+    failed = [f"{label} at {row['concurrency']:g} clients: {row['failed']:g} of {row['requests'] + row['failed']:g}"
+              for r in ours for row, label in ((r, "MAX serve"), (by_c.get(r["concurrency"]), baseline))
+              if row and row.get("failed")]
+    if failed:
+        lines.append("\nrequests that failed (refused, reset or an HTTP error; not in the figures above): "
+                     + "; ".join(failed))
     return "\n".join(lines)
 
 

@@ -59,10 +59,13 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         # own, since the server's cold compiles for the test and for 124M do not both fit one call.
         "bench-serve": [[python, "-m", "bench.serve", "--device", device, "--hf-python", python,
                          "--json", str(logs / "bench-serve.json")]],
-        # Where a served step's time goes on the card (the graph against the engine around it), then the
-        # same load with MAX's overlap scheduler on (it prepares the next step while the card runs this one;
-        # refused on the CPU, never tried on a GPU): no baseline, the first command's rows are the one to beat.
-        "serve-overlap": [[python, "-m", "bench.serve", "--device", device, "--no-llama-cpp", "--step-times",
+        # The server alone (its cold compile; the rows to beat), then where a served step's time goes on the
+        # card (the graph against the engine around it; the timing waits for the card after each step), then
+        # the first load with MAX's overlap scheduler on (it prepares the next step while the card runs this
+        # one; refused on the CPU, never tried on a GPU), last so that its engine log is the one kept.
+        "serve-overlap": [[python, "-m", "bench.serve", "--device", device, "--no-llama-cpp",
+                           "--json", str(logs / "serve-plain.json")],
+                          [python, "-m", "bench.serve", "--device", device, "--no-llama-cpp", "--step-times",
                            "--json", str(logs / "serve-steps.json")],
                           [python, "-m", "bench.serve", "--device", device, "--no-llama-cpp",
                            "--serve-flag=--enable-overlap-scheduler", "--json", str(logs / "serve-overlap.json")]],

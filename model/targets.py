@@ -179,6 +179,18 @@ def environment() -> dict[str, str]:
     return env
 
 
+RUNNING: set[subprocess.Popen] = set()  # the targets' processes now compiling: stopped with the check
+PRINTING = threading.Lock()  # rows from targets compiled side by side: one whole line at a time
+
+
+def stop_group(child: subprocess.Popen) -> None:
+    """Kill a target's process and the compilers it started (its own group)."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it had ended already
+        pass
+
+
 def compile_target(name: str, dtypes: tuple[str, ...], model: str, timeout: float,
                    program: str = APP.program) -> list[dict]:
     """One target's process (``python -m PROGRAM --one``); its rows printed as
@@ -189,11 +201,12 @@ def compile_target(name: str, dtypes: tuple[str, ...], model: str, timeout: floa
     with tempfile.TemporaryFile("w+") as errors:
         child = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=errors,
                                  text=True, start_new_session=True)  # its own group: a timeout stops its compilers too
+        RUNNING.add(child)
 
         def stop() -> None:
             nonlocal why
             why = f"stopped after {timeout:g} s"
-            os.killpg(child.pid, signal.SIGKILL)
+            stop_group(child)
 
         timer = threading.Timer(timeout, stop)
         timer.start()
@@ -203,8 +216,12 @@ def compile_target(name: str, dtypes: tuple[str, ...], model: str, timeout: floa
                     rows.append(json.loads(line))
                     show(rows[-1])
             child.wait()
+        except BaseException:
+            stop_group(child)
+            raise
         finally:
             timer.cancel()
+            RUNNING.discard(child)
         errors.seek(0)
         why = why or (errors.read().strip().splitlines() or [f"exit {child.returncode}"])[-1]
     for dtype in dtypes[len(rows):]:
@@ -218,7 +235,8 @@ def show(row: dict) -> None:
     result = f"compiled in {row['seconds']:.1f} s" if row["compiled"] else "FAILED"
     if row["detail"]:
         result += f" ({row['detail']})" if row["compiled"] else f": {row['detail']}"
-    print(f"{row['target']:<16}{row['dtype']:<11}{result}", flush=True)
+    with PRINTING:
+        print(f"{row['target']:<16}{row['dtype']:<11}{result}", flush=True)
 
 
 def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float, program: str = APP.program,
@@ -226,9 +244,17 @@ def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float, program: s
     """Each target in a process of its own, ``jobs`` of them at a time; the
     rows are printed as they come and returned in the plan's order."""
     print(f"model: {model}\n{'target':<16}{'precision':<11}result", flush=True)
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(jobs)
+    try:
         per_target = pool.map(lambda item: compile_target(*item, model, timeout, program), plan.items())
         return [row for rows in per_target for row in rows]
+    except BaseException:  # Ctrl-C, or a failure of this process's own: no target goes on compiling
+        pool.shutdown(wait=False, cancel_futures=True)
+        for child in list(RUNNING):
+            stop_group(child)
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 USAGE = """\
@@ -277,6 +303,9 @@ def main(argv: list[str] | None = None, check: Check = APP) -> int:
         if not Path(model).is_dir():
             p.error(f"--model {model}: no such folder (demo, {', '.join(SIZES)} or a folder)")
         model = str(Path(model).resolve())  # the children run from the repository root
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
+    checkpoint(model)  # a random checkpoint written once, here, before the targets' processes read it
     plan = check.ci_plan() if args.ci else {n: tuple(args.dtypes) if args.dtypes else check.dtypes(TARGETS[n])
                                             for n in args.targets or TARGETS}
     rows = run(plan, model, args.timeout, check.program, args.jobs)

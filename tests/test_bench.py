@@ -206,6 +206,10 @@ def test_serve_bench_table_prints_the_ratio_to_llama_server():
     # medians across rounds are floats: printed rounded, the concurrency as a count
     merged = [dict(ours[0], concurrency=8.0, requests_per_s=2.0490000000000004)]
     assert "| 8 | MAX serve (this project) | 2.049 | 120.0 |" in table(merged, None)
+    # failed requests are named under the table; none, no line
+    assert "failed" not in text
+    lost = [dict(llama[0], requests=60, failed=4)]
+    assert "llama-server at 8 clients: 4 of 64" in table([dict(ours[0], requests=16, failed=0)], lost)
 
 
 def test_rounds_take_start_and_memory_from_warm_processes():

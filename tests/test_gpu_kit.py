@@ -195,9 +195,10 @@ def test_the_stages(there):
     assert ["python3", "-m", "model", "--model", "demo", "--device", "gpu", "--dtype", "bfloat16",
             "--temperature", "0", "--max-new-tokens", "12", run.PROMPT] in plan["check"]
     assert all("--hf-python" in c for c in plan["bench"] + plan["accuracy"])
-    # the overlap run is the step-timed run's load with one flag passed on to max serve
-    timed, overlapped = plan["serve-overlap"]
+    # the overlap run is the plain run's load with one flag passed on to max serve
+    plain, timed, overlapped = plan["serve-overlap"]
     assert "--step-times" in timed and "--serve-flag=--enable-overlap-scheduler" in overlapped
+    assert [part for part in overlapped if part != "--serve-flag=--enable-overlap-scheduler"][:-1] == plain[:-1]
     assert run.run(["check"], logs=there) == 2  # refused before unpacking
     (kit.site()).mkdir(parents=True)
     (kit.site() / ".kit").write_text("0" * 12)

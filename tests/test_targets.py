@@ -6,6 +6,7 @@ in a process of its own: `python -m model.targets --ci`."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from conftest import run_python
@@ -72,3 +73,48 @@ def test_the_server_refuses_a_precision_it_does_not_serve(tmp_path):
 def test_every_target_is_described_in_the_help():
     help_text = run_python("-m", "model.targets", "--help", timeout=120).stdout
     assert all(name in help_text and t.means in help_text for name, t in targets.TARGETS.items())
+
+
+def test_targets_compiled_side_by_side_come_back_in_the_plan_s_order(monkeypatch, capsys):
+    import time
+
+    def compile_target(name, dtypes, model, timeout, program):
+        time.sleep({"first": 0.6, "second": 0.0, "third": 0.2}[name])  # the first finishes last
+        return [{"target": name, "dtype": d} for d in dtypes]
+
+    monkeypatch.setattr(targets, "compile_target", compile_target)
+    rows = targets.run({"first": ("a", "b"), "second": ("a",), "third": ("b",)}, "demo", 60, jobs=3)
+    assert [(r["target"], r["dtype"]) for r in rows] == [("first", "a"), ("first", "b"), ("second", "a"),
+                                                         ("third", "b")]
+
+
+def test_an_interrupted_check_stops_the_targets_still_compiling(monkeypatch, capsys):
+    """Ctrl-C while targets compile side by side: their processes, each in a
+    session of its own that the terminal's signal does not reach, are
+    stopped, not waited for."""
+    import signal
+    import threading
+    import time
+
+    compiling = subprocess.Popen(["sleep", "120"], start_new_session=True)  # stands for a target's compile
+
+    def compile_target(name, dtypes, model, timeout, program):
+        targets.RUNNING.add(compiling)
+        compiling.wait()
+        targets.RUNNING.discard(compiling)
+        return []
+
+    monkeypatch.setattr(targets, "compile_target", compile_target)
+    ctrl_c = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    start = time.perf_counter()
+    ctrl_c.start()
+    try:
+        targets.run({"sm_90a": ("float32",), "x86-64-v3": ("float32",)}, "demo", 600, jobs=2)
+        raise AssertionError("the interruption did not reach the caller")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ctrl_c.cancel()
+        if compiling.poll() is None:
+            compiling.kill()
+    assert compiling.wait(timeout=5) == -signal.SIGKILL and time.perf_counter() - start < 30
