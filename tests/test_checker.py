@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from conftest import check_file, run_python, skeleton_file, solution_path
@@ -160,3 +161,8 @@ print("hidden:", [os.environ.get(name) for name in {names!r}])
         done = run_python("-c", probe.format(argv=argv, module=module, names=GPU_VISIBILITY), timeout=300)
         last = done.stdout.strip().splitlines()[-1]
         assert last.startswith(f"hidden: {['-1'] * len(GPU_VISIBILITY)}"), (module, done.stdout, done.stderr[-2000:])
+    # GPT2_MAX_CHECKER_GPUS=1: left as the user set them
+    env = {k: v for k, v in os.environ.items() if k not in GPU_VISIBILITY}
+    done = run_python("-c", probe.format(argv=["show", "99"], module="checker.show", names=GPU_VISIBILITY),
+                      timeout=300, env=dict(env, GPT2_MAX_CHECKER_GPUS="1", CUDA_VISIBLE_DEVICES="0"))
+    assert done.stdout.strip().splitlines()[-1] == "hidden: ['0', None, None]", done.stdout
