@@ -30,6 +30,7 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
     generate = [[python, "-m", "model", "--model", "demo", "--device", device, "--dtype", dtype,
                  "--temperature", "0", "--max-new-tokens", "12", PROMPT] for dtype in dtypes]
     accuracy = [python, "-m", "bench.accuracy", "--device", device, "--checkpoints", "demo", "--hf-python", python]
+    served_alone = [python, "-m", "bench.serve", "--device", device, "--no-llama-cpp"]  # no baseline beside it
     return {
         # Is MAX there, does it see the card, and does the app run on it?
         "check": [*([["nvidia-smi"]] if shutil.which("nvidia-smi") else []),
@@ -63,12 +64,10 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         # card (the graph against the engine around it; the timing waits for the card after each step), then
         # the first load with MAX's overlap scheduler on (it prepares the next step while the card runs this
         # one; refused on the CPU, never tried on a GPU), last so that its engine log is the one kept.
-        "serve-overlap": [[python, "-m", "bench.serve", "--device", device, "--no-llama-cpp",
-                           "--json", str(logs / "serve-plain.json")],
-                          [python, "-m", "bench.serve", "--device", device, "--no-llama-cpp", "--step-times",
-                           "--json", str(logs / "serve-steps.json")],
-                          [python, "-m", "bench.serve", "--device", device, "--no-llama-cpp",
-                           "--serve-flag=--enable-overlap-scheduler", "--json", str(logs / "serve-overlap.json")]],
+        "serve-overlap": [[*served_alone, "--json", str(logs / "serve-plain.json")],
+                          [*served_alone, "--step-times", "--json", str(logs / "serve-steps.json")],
+                          [*served_alone, "--serve-flag=--enable-overlap-scheduler",
+                           "--json", str(logs / "serve-overlap.json")]],
         "show": [[python, "-m", "model.attention_map", PROMPT, "--model", "demo", "--device", device,
                   "--out", str(logs / "attention.png")],
                  [python, "-m", "checker.show", "07", "--file", "solutions/solution_07.py"]],

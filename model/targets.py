@@ -244,17 +244,15 @@ def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float, program: s
     """Each target in a process of its own, ``jobs`` of them at a time; the
     rows are printed as they come and returned in the plan's order."""
     print(f"model: {model}\n{'target':<16}{'precision':<11}result", flush=True)
-    pool = ThreadPoolExecutor(jobs)
-    try:
-        per_target = pool.map(lambda item: compile_target(*item, model, timeout, program), plan.items())
-        return [row for rows in per_target for row in rows]
-    except BaseException:  # Ctrl-C, or a failure of this process's own: no target goes on compiling
-        pool.shutdown(wait=False, cancel_futures=True)
-        for child in list(RUNNING):
-            stop_group(child)
-        raise
-    finally:
-        pool.shutdown(wait=True)
+    with ThreadPoolExecutor(jobs) as pool:
+        try:
+            per_target = pool.map(lambda item: compile_target(*item, model, timeout, program), plan.items())
+            return [row for rows in per_target for row in rows]
+        except BaseException:  # Ctrl-C, or a failure of this process's own: no target goes on compiling
+            pool.shutdown(wait=False, cancel_futures=True)
+            for child in list(RUNNING):
+                stop_group(child)
+            raise
 
 
 USAGE = """\
