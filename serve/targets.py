@@ -24,8 +24,10 @@ from model.device import AUTO_DTYPE
 from model.targets import GPU_DTYPES, Check, Target, main
 
 
-def build_served_graph(folder: Path, target: Target, dtype: str) -> str:
-    """The server's graph for ``target`` at ``dtype``, compiled and never run."""
+def served_module(folder: Path, options, gpu: bool):
+    """The server's module for ``folder`` as ``options`` build it (float32 or
+    bfloat16; the course's ``options.impl``), its parameters declared on the
+    target's device, with the engine's input types and its config."""
     from max.driver import CPU, Accelerator
     from max.experimental import functional as F
     from max.experimental.tensor import default_device, default_dtype
@@ -33,21 +35,37 @@ def build_served_graph(folder: Path, target: Target, dtype: str) -> str:
     from max.pipelines.lib import KVCacheConfig
     from max.pipelines.lib.interfaces.batch_processor import modulev3_ragged_kv_symbolic_inputs
 
-    from model.options import BuildOptions
     from serve.model import GPT2EngineModule
     from serve.model_config import GPT2ServeConfig
+
+    if options.dtype not in GPT2ServeConfig.SUPPORTED_ENCODINGS:
+        raise ValueError(f"the server runs {' and '.join(sorted(GPT2ServeConfig.SUPPORTED_ENCODINGS))}, "
+                         f"not {options.dtype}")
+    devices = [DeviceRef.GPU() if gpu else DeviceRef.CPU()]
+    config = GPT2ServeConfig.build(folder, options, options.dtype, devices, KVCacheConfig())
+    with F.lazy(), default_dtype(config.dtype), default_device(Accelerator() if gpu else CPU()):
+        module = GPT2EngineModule(config)
+    return module, modulev3_ragged_kv_symbolic_inputs(kv_params=config.kv_params, device_refs=devices), config
+
+
+def build_served_graph(folder: Path, target: Target, dtype: str) -> str:
+    """The server's graph for ``target`` at ``dtype``, compiled and never run."""
+    from model.options import BuildOptions
     from serve.weight_adapters import gpt2_state
 
-    if dtype not in GPT2ServeConfig.SUPPORTED_ENCODINGS:
-        raise ValueError(f"the server runs {' and '.join(sorted(GPT2ServeConfig.SUPPORTED_ENCODINGS))}, not {dtype}")
-    devices = [DeviceRef.GPU() if target.gpu else DeviceRef.CPU()]
-    config = GPT2ServeConfig.build(folder, BuildOptions(device="gpu" if target.gpu else "cpu", dtype=dtype), dtype,
-                                   devices, KVCacheConfig())
-    with F.lazy(), default_dtype(config.dtype), default_device(Accelerator() if target.gpu else CPU()):
-        module = GPT2EngineModule(config)
-    module.compile(*modulev3_ragged_kv_symbolic_inputs(kv_params=config.kv_params, device_refs=devices),
-                   weights=gpt2_state(folder, config.gpt2, config.dtype, config.head_width))
+    options = BuildOptions(device="gpu" if target.gpu else "cpu", dtype=dtype)
+    module, inputs, config = served_module(folder, options, target.gpu)
+    module.compile(*inputs, weights=gpt2_state(folder, config.gpt2, config.dtype, config.head_width))
     return ""
+
+
+def served_digest(folder: Path, options) -> str:
+    """A digest of the server's graph for ``folder`` on this CPU as ``options``
+    build it, traced, not compiled (seconds): what tells two builds apart."""
+    from model.portable import graph_digest
+
+    module, inputs, _ = served_module(folder, options, gpu=False)
+    return graph_digest(module.trace(*inputs).graph)
 
 
 def ci_plan() -> dict[str, tuple[str, ...]]:

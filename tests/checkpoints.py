@@ -11,10 +11,15 @@ import numpy as np
 from weights.checkpoint import read_safetensors
 from weights.synthetic import copy_gpt2_tokenizer, hf_config, random_hf_state, write_checkpoint
 
-__all__ = ["copy_gpt2_tokenizer", "demo_reference", "greedy", "hf_config", "learner_tree", "random_hf_state",
+__all__ = ["TINY", "copy_gpt2_tokenizer", "demo_reference", "greedy", "hf_config", "learner_tree", "random_hf_state",
            "reference", "reference_variant", "write_checkpoint"]
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
+
+# The synthetic checkpoint's shapes the app, attention-map, bench and model tests
+# share (vocab_size 50257: GPT-2's real tokenizer fits it). MAX keys a compiled
+# graph by what it computes, not by its weights: one shape, one compile per machine.
+TINY = dict(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
 
 
 def reference(name: str) -> tuple[Path, dict, dict[str, np.ndarray]]:
@@ -87,6 +92,28 @@ STEP_07_EDITS = {
     "_attn-scaled": ("return self.attention_weights(q, k, mask) @ v",
                      "return (self.attention_weights(q, k, mask) @ v) * 2.0"),
 }
+
+
+def traced_digest_in(cwd: Path, env: dict[str, str] | None, folder: Path, impl: str, served: bool = False) -> str:
+    """The digest of the graph the app (or, ``served``, the server) compiles
+    for ``folder`` from ``impl`` on the CPU, traced and not compiled (seconds,
+    where a compile costs minutes), in a child run from ``cwd`` with ``env``
+    (this process's when None): a learner's tree there is the ``steps`` it imports."""
+    import os
+    import subprocess
+    import sys
+
+    digest = (f"from serve.targets import served_digest; print(served_digest({str(folder)!r}, options))" if served
+              else "from model.course import config_class; from model.portable.__main__ import traced_digest\n"
+                   "from weights import open_checkpoint\n"
+                   f"config = open_checkpoint({str(folder)!r}).config_as(config_class(options.impl))\n"
+                   "print(traced_digest(options, config))")
+    code = ("from model.options import BuildOptions\n"
+            f"options = BuildOptions(impl={impl!r}, device='cpu', dtype='float32')\n" + digest)
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=dict(os.environ) if env is None else env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
 
 
 def edited_learner_tree(tmp_path, edit: tuple[str, str]):

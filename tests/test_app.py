@@ -7,7 +7,8 @@ import json
 
 import numpy as np
 import pytest
-from checkpoints import STEP_07_EDITS, edited_learner_tree, learner_tree, write_checkpoint
+from checkpoints import STEP_07_EDITS, edited_learner_tree, learner_tree, traced_digest_in, write_checkpoint
+from checkpoints import TINY as SIZES
 from conftest import run_python
 
 from checker import oracle
@@ -16,8 +17,6 @@ from model.gpt2 import load_gpt2
 from model.sampling import Sampling
 from weights import load_state, read_config
 
-# vocab_size 50257: GPT-2's real tokenizer fits it.
-SIZES = dict(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
 GREEDY = Sampling(temperature=0.0, top_k=None)
 
 
@@ -194,13 +193,26 @@ def test_impl_steps_runs_a_finished_course(tmp_path, folder):
     assert mine.stdout == _cli(*args).stdout
 
 
-@pytest.mark.parametrize("edit", list(STEP_07_EDITS), ids=list(STEP_07_EDITS))
-def test_the_learner_s_step_07_is_the_attention_the_app_runs(tmp_path, folder, edit):
-    cwd, env = edited_learner_tree(tmp_path, STEP_07_EDITS[edit])
+def test_the_learner_s_step_07_is_the_attention_the_app_runs(tmp_path, folder):
+    # One edit compiled and run (minutes cold); the test below traces every edit (seconds).
+    cwd, env = edited_learner_tree(tmp_path, STEP_07_EDITS["forward-without-c_proj"])
     args = ("--model", str(folder), "--temperature", "0", "--max-new-tokens", "8", "--quiet", "Hello")
     mine = _cli_in(cwd, env, "--impl", "steps", *args)
     assert mine.returncode == 0, mine.stderr
     assert mine.stdout != _cli(*args).stdout
+
+
+def test_each_step_07_edit_changes_the_graph_the_app_builds(tmp_path, folder):
+    """The graph the app compiles with --impl steps, traced: the finished steps
+    trace the solutions' graph, and each edit of step 07 another one."""
+    from checker.skeleton import ROOT
+
+    solutions = traced_digest_in(ROOT, None, folder, "solutions")
+    cwd, env = learner_tree(tmp_path / "finished", finished=True)
+    assert traced_digest_in(cwd, env, folder, "steps") == solutions
+    for edit, change in STEP_07_EDITS.items():
+        cwd, env = edited_learner_tree(tmp_path / edit, change)
+        assert traced_digest_in(cwd, env, folder, "steps") != solutions, edit
 
 
 def test_ctrl_c_prints_what_was_generated_and_exits_130(folder, monkeypatch, capsys):

@@ -9,6 +9,7 @@ import struct
 
 import numpy as np
 import pytest
+from checkpoints import TINY as SIZES
 from checkpoints import write_checkpoint
 from conftest import run_python
 
@@ -20,8 +21,6 @@ from model.gpt2 import load_gpt2
 from model.sampling import Sampling
 from weights import load_state, read_config
 
-# The same small GPT-2 as tests/test_app.py, with the real GPT-2 tokenizer.
-SIZES = dict(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
 LAYER = 1
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkpoints import TINY as SIZES
 
 from bench.__main__ import measure_ours, table
 from solutions.solution_01 import GPT2Config
@@ -19,9 +20,6 @@ from weights.checkpoint import expected_shapes
 from weights.synthetic import write_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# The same shape as tests/test_app.py's checkpoint: MAX's disk cache has its graph.
-SIZES = dict(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
 
 
 def test_measure_and_table(tmp_path):
@@ -563,8 +561,9 @@ def test_bandwidth_reads_with_numpy_and_with_a_compiled_max_graph(capsys):
 
 
 def test_cold_start_reports_a_first_runs_figures(tmp_path, monkeypatch):
-    # --cold-compile's child, run here with the caches warm (a cold one costs minutes): it must
-    # load, answer a first prompt and report its compile, start to first token and peak memory.
+    # --cold-compile's child, run here with this run's caches (a cold one costs minutes: the
+    # graph of SIZES is the app tests' own, compiled once): it must load, answer a first prompt
+    # and report its compile, start to first token and peak memory.
     import subprocess
 
     import bench.__main__ as bench_main
@@ -572,10 +571,13 @@ def test_cold_start_reports_a_first_runs_figures(tmp_path, monkeypatch):
     folder = write_checkpoint(tmp_path / "m", SIZES, seed=5)
     seen = {}
     real_run = subprocess.run
+    this_run = bench_main.os.environ.get("XDG_CACHE_HOME")
 
     def warm_run(cmd, **kw):
         seen["env"] = kw["env"]
         kw["env"] = {k: v for k, v in kw["env"].items() if k != "XDG_CACHE_HOME"}
+        if this_run is not None:
+            kw["env"]["XDG_CACHE_HOME"] = this_run
         return real_run(cmd, **kw)
 
     monkeypatch.setenv("GPT2_MAX_SAVED_GRAPHS", "0")  # a user's setting must not reach the first run

@@ -70,19 +70,21 @@ def test_a_head_widened_with_zero_rows_gives_the_same_logits(tmp_path, monkeypat
     """The graph's LM head may be wider than the vocabulary (on a GPU: 50257
     rounded up to a multiple of 64, zero rows, cut off in the graph): the
     logits the caller sees, their shape and the greedy tokens are the
-    unwidened graph's. Here forced on the CPU, with a vocabulary of 500."""
-    from checkpoints import greedy, write_checkpoint
+    unwidened graph's. Here forced on the CPU, on the shared tiny shape (its
+    plain graph is the app tests' own: only the widened one compiles)."""
+    from checkpoints import TINY, greedy, write_checkpoint
 
     import model.gpt2
 
-    folder = write_checkpoint(tmp_path / "m", {"vocab_size": 500, "n_positions": 32, "n_embd": 32,
-                                               "n_layer": 2, "n_head": 2})
-    ids = np.random.default_rng(0).integers(0, 500, (2, 9))
+    folder = write_checkpoint(tmp_path / "m", TINY)
+    vocab = TINY["vocab_size"]
+    ids = np.random.default_rng(0).integers(0, vocab, (2, 9))
     plain = load_gpt2(folder, device="cpu", with_tokenizer=False)
     monkeypatch.setitem(model.gpt2.VOCAB_MULTIPLE, "cpu", 64)
     widened = load_gpt2(folder, device="cpu", with_tokenizer=False)
-    assert (plain.config.vocab_size, widened.config.vocab_size) == (500, 500)
+    assert (plain.config.vocab_size, widened.config.vocab_size) == (vocab, vocab)
+    assert model.gpt2.graph_vocab(vocab, widened.placement) == 50304  # the graph's head: 47 zero rows more
     expected, got = plain.forward_logits(ids), widened.forward_logits(ids)
-    assert got.shape == expected.shape == (2, 9, 500)
+    assert got.shape == expected.shape == (2, 9, vocab)
     assert np.abs(got - expected).max() <= 1e-5
     np.testing.assert_array_equal(greedy(widened, ids, 4)[0], greedy(plain, ids, 4)[0])
