@@ -21,6 +21,26 @@ SOLUTIONS = ROOT / "solutions"
 eager_kernels.use()
 
 
+# `pixi run test` runs the files on several workers (pytest-xdist, --dist loadfile: each
+# file whole on one worker, in the order collected): a cold run is mostly MAX compiling
+# graphs, and one compile keeps fewer than two cores busy (docs/contributing.md). The files
+# that compile the most go first, so that the longest of them does not start last and run alone.
+SLOWEST_FIRST = ("test_targets.py", "test_serve.py", "test_quantize.py", "test_fast_linear.py")
+GIB_PER_WORKER = 2.5  # a graph's compile peaks below 2 GB
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order kept
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: none where it is not installed
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: a worker per core, as many as memory holds compiling at once."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return max(1, min(os.cpu_count() or 1, int(memory // GIB_PER_WORKER)))
+
+
 def written_steps() -> list[str]:
     """Every step (each has its checks)."""
     return [step.number for step in registry.STEPS]

@@ -105,6 +105,8 @@ def test_an_interrupted_check_stops_the_targets_still_compiling(monkeypatch, cap
         return []
 
     monkeypatch.setattr(targets, "compile_target", compile_target)
+    # Ctrl-C as a terminal's Python gets it (a test worker of pytest-xdist ignores SIGINT).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     ctrl_c = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     start = time.perf_counter()
     ctrl_c.start()
@@ -115,6 +117,7 @@ def test_an_interrupted_check_stops_the_targets_still_compiling(monkeypatch, cap
         pass
     finally:
         ctrl_c.cancel()
+        signal.signal(signal.SIGINT, previous)
         if compiling.poll() is None:
             compiling.kill()
     assert compiling.wait(timeout=5) == -signal.SIGKILL and time.perf_counter() - start < 30
