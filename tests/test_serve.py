@@ -722,7 +722,7 @@ def test_impl_steps_serves_the_learner_s_model_greedy_as_hugging_face(steps_serv
     assert got == [want[k:] for k in cuts], [tokenizer.decode(g) for g in got]
 
 
-def test_each_step_07_edit_changes_the_graph_the_server_builds(tmp_path):
+def test_the_learner_s_step_07_forward_changes_the_graph_the_server_builds(tmp_path):
     """The server's graph from a learner's steps (serve/targets.py builds it as
     the engine does), traced: the finished steps trace the solutions' graph
     (the finished steps' server above compiles and runs it), and step 07's
