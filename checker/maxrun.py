@@ -32,13 +32,13 @@ def without_gpus() -> None:
     or the app, whose later children may want a GPU. The checks run on the
     CPU on every machine (``interpreter()``); a GPU in MAX's sight keeps the
     shipped CPU kernels out (checker/eager_kernels), so every eager op
-    compiles on first use: a first ``checker.show 07`` on an H200 machine was
-    still compiling after 175 s. ``GPT2_MAX_CHECKER_GPUS=1`` leaves them in
-    sight, should a MAX release mind not seeing a GPU its machine has."""
+    compiles on first use: minutes for a first check on a GPU machine, seconds
+    with the GPUs hidden (docs/gpu.md). ``GPT2_MAX_CHECKER_GPUS=1`` leaves them
+    in sight, should a MAX release mind not seeing a GPU its machine has."""
     if os.environ.get(KEEP_GPUS) == "1":
         return
     for name in GPU_VISIBILITY:
-        os.environ[name] = "-1"
+        os.environ[name] = ""  # empty, not "-1": with "-1" MAX still counts a GPU it cannot open
 
 
 class WithoutStoreLines:

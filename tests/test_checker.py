@@ -160,7 +160,7 @@ print("hidden:", [os.environ.get(name) for name in {names!r}])
     for module, argv in (("checker", ["checker", "01", "--solution", "--no-color"]), ("checker.show", ["show", "99"])):
         done = run_python("-c", probe.format(argv=argv, module=module, names=GPU_VISIBILITY), timeout=300)
         last = done.stdout.strip().splitlines()[-1]
-        assert last.startswith(f"hidden: {['-1'] * len(GPU_VISIBILITY)}"), (module, done.stdout, done.stderr[-2000:])
+        assert last.startswith(f"hidden: {[''] * len(GPU_VISIBILITY)}"), (module, done.stdout, done.stderr[-2000:])
     # GPT2_MAX_CHECKER_GPUS=1: left as the user set them
     env = {k: v for k, v in os.environ.items() if k not in GPU_VISIBILITY}
     done = run_python("-c", probe.format(argv=["show", "99"], module="checker.show", names=GPU_VISIBILITY),
