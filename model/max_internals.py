@@ -35,6 +35,24 @@ def eager_policy():
     return module
 
 
+# --- The eager executor that compiles nothing in the background ------------------------------
+# max.experimental.executor: MAX's default eager executor ("composite") interprets a graph it
+# has not seen and at the same time compiles it in a pool of background processes
+# (max.experimental.compile_pool), for the calls that follow. Where each eager graph runs once
+# or twice, as in a test suite, those compiles only take cores from the work. The executor
+# MAX's own CI sets (``MAX_EAGER_EXECUTOR=fallback-internal``, not a supported mode)
+# interprets, and compiles in the calling process only the graphs the interpreter refuses
+# (a custom op, for one). Its class is private; it is made from MAX's table of executors.
+NO_BACKGROUND_COMPILES = "fallback-internal"
+
+
+def executor_without_background_compiles():
+    """MAX's eager executor that compiles only what its interpreter refuses, in this process."""
+    from max.experimental import executor
+
+    return executor._EXECUTORS[NO_BACKGROUND_COMPILES]()
+
+
 # max._interpreter_ops.gc_compile: the eager interpreter's ops come in families (binary, cast,
 # reduce_axis, ...); each family compiles a "sweep", one kernel per op, device and dtype it
 # supports, as one module (``build_sweep_module``). ``MAX_EAGER_WARM_STORE`` names a folder

@@ -8,17 +8,26 @@ import sys
 from pathlib import Path
 
 import pytest
+from max.experimental.executor import set_default_executor
 
 from checker import __main__ as cli
 from checker import eager_kernels, registry
 from checker.harness import Outcome, run_checks
 from checker.skeleton import ROOT, make_skeleton
+from model.max_internals import executor_without_background_compiles
 
 SOLUTIONS = ROOT / "solutions"
 
 # MAX's eager kernels shipped for x86-64-v3 CPUs, named for this process and every one it
 # starts: where they serve, no test compiles an eager kernel, and CI needs no `warm` step.
 eager_kernels.use()
+
+# MAX's default eager executor compiles each new eager graph in background processes while it
+# interprets it, for later calls; a test runs most of its eager graphs once, so on a cold run
+# those compiles only took cores from the tests (docs/contributing.md). This process's eager
+# work compiles only what the interpreter refuses. Its children keep MAX's default, as users
+# have it (the checker's processes choose their own executor: checker/maxrun.py).
+set_default_executor(executor_without_background_compiles())
 
 
 # `pixi run test` runs the files on several workers (pytest-xdist, --dist loadfile: each

@@ -43,6 +43,14 @@ def test_max_still_takes_a_warm_store_of_the_eager_families_made_elsewhere():
     assert hasattr(engine.CompiledModel, "export_mef")
 
 
+def test_max_still_has_an_eager_executor_without_background_compiles():
+    executor = importlib.import_module("max.experimental.executor")
+    made = mi.executor_without_background_compiles()
+    assert isinstance(made.interpreter, executor.InterpreterExecutor)
+    assert "pool()" in inspect.getsource(executor.JitExecutor.compile)  # the default: a background pool
+    assert "pool()" not in inspect.getsource(type(made)), "this one compiles in the background now"
+
+
 def test_the_server_s_entry_and_error_body():
     pipelines, entry = mi.serve_entrypoints()
     assert callable(entry.fastapi_app) and "serve" in pipelines.main.commands
