@@ -13,11 +13,13 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 
 LOG = os.environ.get("GPT2_MAX_COMPILE_LOG")
 OPS = re.compile(r"\b(mo\.[a-z_.]+|rmo\.[a-z_.]+)")
 SYMBOL = re.compile(r'symbol = "([^"]+)"')
+_depth = threading.local()  # load() compiles through compile(): only the outermost call is logged
 
 
 def _what(model) -> str:
@@ -36,22 +38,29 @@ def _what(model) -> str:
     return "eager: " + " ".join(ops)[:160]
 
 
+def _log(method: str, model, start: float) -> None:
+    try:
+        line = {"method": method, "what": _what(model), "start": round(start, 2),
+                "s": round(time.time() - start, 2), "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+                "test": os.environ.get("PYTEST_CURRENT_TEST", ""), "argv": sys.argv[:3]}
+        with open(LOG, "a") as log:
+            log.write(json.dumps(line) + "\n")
+    except Exception:
+        pass
+
+
 def _wrap(cls, method: str) -> None:
     original = getattr(cls, method)
 
     def timed(self, model, *args, **kwargs):
-        start = time.time()
+        start, depth = time.time(), getattr(_depth, "n", 0)
+        _depth.n = depth + 1
         try:
             return original(self, model, *args, **kwargs)
         finally:
-            try:
-                line = {"method": method, "what": _what(model), "start": round(start, 2),
-                        "s": round(time.time() - start, 2), "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
-                        "test": os.environ.get("PYTEST_CURRENT_TEST", ""), "argv": sys.argv[:3]}
-                with open(LOG, "a") as log:
-                    log.write(json.dumps(line) + "\n")
-            except Exception:
-                pass
+            _depth.n = depth
+            if depth == 0:
+                _log(method, model, start)
 
     setattr(cls, method, timed)
 
