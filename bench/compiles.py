@@ -1,7 +1,7 @@
 """``python -m bench.compiles``: where a test run's compile time goes.
 
-Runs the suite as CI does (pixi.toml's ``test`` task) with every compile,
-load and init of MAX's ``InferenceSession`` logged, in every process of the
+Runs the suite as CI does (pixi.toml's ``test`` task) with every compile
+and load of MAX's ``InferenceSession`` logged, in every process of the
 run (bench/compile_log), then prints each test file's compile seconds and
 the longest compiles, each with the test that caused it and what it
 compiled (a graph's name, or an eager op's ops). With empty caches
@@ -12,7 +12,7 @@ which graphs, which eager ops, and how long each took on this machine.
     python -m bench.compiles --log /tmp/compiles.jsonl --report    # the report again
     python -m bench.compiles --log /tmp/c.jsonl -- tests/test_quantize.py   # some tests only
 
-A compile shorter than a second is a cache hit or a saved graph's load; the
+A compile shorter than a second was served from a cache (MAX's or a saved graph's); the
 report counts the rest. Seconds are wall time, so two workers compiling side
 by side each count their own.
 """
@@ -71,7 +71,7 @@ def attribute(compiles: list[dict], tests: list[dict]) -> None:
 
 
 def report(log: Path, longest: int = 25) -> str:
-    compiles = [c for c in read(log) if c["method"] in ("compile", "load")]
+    compiles = read(log)
     attribute(compiles, read(Path(f"{log}.tests")))
     cold = [c for c in compiles if c["s"] >= COLD]
     files = collections.defaultdict(lambda: [0.0, 0])
@@ -80,7 +80,7 @@ def report(log: Path, longest: int = 25) -> str:
         entry[0] += c["s"]
         entry[1] += 1
     lines = [f"{len(cold)} compiles of {COLD:.0f} s or more, {sum(c['s'] for c in cold):.0f} s in all "
-             f"({len(compiles) - len(cold)} shorter: cache hits and saved graphs)", "",
+             f"({len(compiles) - len(cold)} shorter: served from a cache)", "",
              "| test file | compile s | compiles |", "|---|---|---|"]
     lines += [f"| {name} | {s:.0f} | {n} |" for name, (s, n) in sorted(files.items(), key=lambda kv: -kv[1][0])]
     lines += ["", f"the {longest} longest:", "", "| s | what | test | process |", "|---|---|---|---|"]

@@ -65,7 +65,6 @@ def test_a_compile_in_a_process_that_outlived_its_test_goes_to_the_test_running_
          "test": "tests/test_a.py::test_one (call)", "argv": ["-c"]},
         {"method": "load", "what": "gpt2", "start": 120.0, "s": 90.0, "worker": "gw0",
          "test": "tests/test_c.py::test_three (setup)", "argv": ["/x/model/targets.py", "--one", "sm_90a"]},
-        {"method": "init", "what": "CompiledModel", "start": 130.0, "s": 5.0, "worker": "gw0", "test": "", "argv": []},
         {"method": "load", "what": "file binary_cpu.mef", "start": 300.0, "s": 0.02, "worker": "gw1",
          "test": "tests/test_b.py::test_two (call)", "argv": ["-c"]}]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -1,6 +1,6 @@
 """Put on PYTHONPATH by ``python -m bench.compiles``: every process of the
 run (the test workers, their children, MAX's compile pool) appends one JSON
-line to ``$GPT2_MAX_COMPILE_LOG`` for each compile, load or init of MAX's
+line to ``$GPT2_MAX_COMPILE_LOG`` for each compile or load of MAX's
 ``InferenceSession``, with its seconds, the pytest worker it belongs to and
 what was compiled. MAX is patched when it is first imported, not before, so
 a process that never imports MAX pays nothing."""
@@ -79,9 +79,8 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run(module)
-            for method in ("compile", "load", "init"):
-                if hasattr(module.InferenceSession, method):
-                    _wrap(module.InferenceSession, method)
+            for method in ("compile", "load"):
+                _wrap(module.InferenceSession, method)
 
         spec.loader.exec_module = exec_module
         return spec
