@@ -37,6 +37,13 @@ def load_tasks() -> dict[str, dict]:
     return {name: ({"cmd": spec} if isinstance(spec, str) else spec) for name, spec in table.items()}
 
 
+def task_argv(task: str, python: str = sys.executable) -> list[str]:
+    """``task``'s command as a list, ``python`` standing for its ``python``
+    (for tools that run a task under an interpreter of their own)."""
+    words = shlex.split(load_tasks()[task]["cmd"])
+    return [python if words[0] == "python" else words[0], *words[1:]]
+
+
 RUNNER = "GPT2_MAX_TASK_RUNNER"  # how the learner runs tasks, for messages that name a command
 
 

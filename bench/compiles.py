@@ -24,7 +24,6 @@ import bisect
 import collections
 import json
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -37,10 +36,9 @@ COLD = 1.0  # seconds: below this a "compile" was served from a cache
 def test_command() -> list[str]:
     """pixi.toml's ``test`` task, with this interpreter for its ``python``."""
     sys.path.insert(0, str(ROOT))
-    from tasks import load_tasks
+    from tasks import task_argv
 
-    words = shlex.split(load_tasks()["test"]["cmd"])
-    return [sys.executable if words[0] == "python" else words[0], *words[1:]]
+    return task_argv("test")
 
 
 def run(log: Path, pytest_args: list[str]) -> int:

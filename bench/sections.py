@@ -94,7 +94,6 @@ def in_graph(passes: int) -> dict[str, float]:
     ``passes`` alternated calls. Then, with MAX's background threads at the
     lowest priority, the chain of stamped ops: boundary_parts()."""
     import statistics
-    import tempfile
     import time
 
     import numpy as np
@@ -102,9 +101,9 @@ def in_graph(passes: int) -> dict[str, float]:
     from max.dtype import DType
     from max.engine import InferenceSession
     from max.graph import DeviceRef, Graph, TensorType, ops
-    from mojo.run import subprocess_run_mojo
 
     from bench.kernels import STEP_SHAPES
+    from model.layers.custom_op import mojo_library
 
     sizes = [rows * cols for rows, cols in STEP_SHAPES]
     whole = np.full(sum(sizes), 0.001, np.float32)
@@ -114,29 +113,25 @@ def in_graph(passes: int) -> dict[str, float]:
     def vector(n: int) -> TensorType:
         return TensorType(DType.float32, [n], device=cpu)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        library = Path(tmp) / "read_loop.mojoc"
-        built = subprocess_run_mojo(["precompile", str(PACKAGE), "-o", str(library)], capture_output=True, text=True)
-        if built.returncode != 0:
-            raise RuntimeError(f"{PACKAGE} did not compile:\n{built.stderr}")
-        with Graph("sections_one", input_types=[vector(len(whole))], custom_extensions=[library]) as one:
-            zero = ops.constant(np.zeros(1, np.float32), DType.float32, cpu)
-            one.output(ops.custom("sections_read", cpu, [one.inputs[0], zero], [vector(1)])[0])
-        with Graph("sections_split", input_types=[vector(n) for n in sizes], custom_extensions=[library]) as split:
-            last = ops.constant(np.zeros(1, np.float32), DType.float32, cpu)
-            for part in split.inputs:
-                last = ops.custom("sections_read", cpu, [part, last], [vector(1)])[0]
-            split.output(last)
-        stamp = TensorType(DType.float64, [4 + 2 * STAMP_TASKS], device=cpu)
-        with Graph("sections_stamped", input_types=[vector(n) for n in sizes], custom_extensions=[library]) as stamped:
-            outs = [ops.constant(np.zeros(4 + 2 * STAMP_TASKS), DType.float64, cpu)]
-            for part in stamped.inputs:
-                outs.append(ops.custom("sections_read_stamped", cpu, [part, outs[-1]], [stamp])[0])
-            stamped.output(*outs[1:])
-        session = InferenceSession(devices=[CPU()], custom_extensions=[library])
-        stamped = session.load(stamped)
-        models = {"one_ms": (session.load(one), [Buffer.from_numpy(whole)]),
-                  "split_ms": (session.load(split), [Buffer.from_numpy(whole[a:b]) for a, b in zip(edges, edges[1:])])}
+    library = mojo_library(PACKAGE)  # the same path every run: MAX's cache finds the graphs compiled with it
+    with Graph("sections_one", input_types=[vector(len(whole))], custom_extensions=[library]) as one:
+        zero = ops.constant(np.zeros(1, np.float32), DType.float32, cpu)
+        one.output(ops.custom("sections_read", cpu, [one.inputs[0], zero], [vector(1)])[0])
+    with Graph("sections_split", input_types=[vector(n) for n in sizes], custom_extensions=[library]) as split:
+        last = ops.constant(np.zeros(1, np.float32), DType.float32, cpu)
+        for part in split.inputs:
+            last = ops.custom("sections_read", cpu, [part, last], [vector(1)])[0]
+        split.output(last)
+    stamp = TensorType(DType.float64, [4 + 2 * STAMP_TASKS], device=cpu)
+    with Graph("sections_stamped", input_types=[vector(n) for n in sizes], custom_extensions=[library]) as stamped:
+        outs = [ops.constant(np.zeros(4 + 2 * STAMP_TASKS), DType.float64, cpu)]
+        for part in stamped.inputs:
+            outs.append(ops.custom("sections_read_stamped", cpu, [part, outs[-1]], [stamp])[0])
+        stamped.output(*outs[1:])
+    session = InferenceSession(devices=[CPU()], custom_extensions=[library])
+    stamped = session.load(stamped)
+    models = {"one_ms": (session.load(one), [Buffer.from_numpy(whole)]),
+              "split_ms": (session.load(split), [Buffer.from_numpy(whole[a:b]) for a, b in zip(edges, edges[1:])])}
     from model.engine_threads import background_threads, may_raise_priority, set_priority
 
     for model, args in models.values():

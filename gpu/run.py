@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from gpu import kit
+from tasks import task_argv
 
 PROMPT = "And it came to pass"
 # The GPU tests that locate a bfloat16 fault, in the order the "tests" stage runs them first.
@@ -73,7 +74,9 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         "show": [[python, "-m", "checker.show", "07", "--file", "solutions/solution_07.py"],
                  [python, "-m", "model.attention_map", PROMPT, "--model", "demo", "--device", device,
                   "--out", str(logs / "attention.png")]],
-        "suite": [[python, "-m", "pytest", "-ra", "tests"]],
+        # The whole suite as CI runs it (a worker per core, as memory allows): on a machine with empty
+        # caches, a cold CI on that machine's cores, the slowest tests listed at the end.
+        "suite": [[*task_argv("test", python), "-ra", "--durations=30"]],
     }
 
 

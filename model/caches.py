@@ -4,7 +4,9 @@
         graphs/<name>/               compiled graphs as MEFs (model/saved_graphs.py)
         float32-copies/<key>/        a checkpoint's transposed / converted arrays
         quantized/<key>/             a checkpoint's quantized blocks (model/quantize.py)
-        kernels/                     model/kernels compiled into a Mojo library
+        kernels/                     model/kernels compiled into a Mojo library (and the
+                                     bench's read-loop op: bench/sections.py)
+        programs/                    the bench's standalone Mojo programs, built (bench/mojo_program.py)
         bench-<size>-random/         random checkpoints of GPT-2's sizes (random_checkpoint:
                                      the bench, the targets check)
         targets/modular/             MAX's cache for builds for other machines (model/targets.py)

@@ -7,7 +7,8 @@ device exists: a virtual GPU (``set_virtual_device_api`` / ``_target_arch``
 / ``_count``) makes ``Accelerator()`` a stand-in that compiles and refuses
 to run, and ``set_virtual_cpu_target`` compiles the CPU's kernels for a
 named CPU. Both are process-wide, so each target compiles in a process of
-its own (two at a time by default). The graph is the one ``load_gpt2``
+its own; each precision too, so that a machine with cores to spare compiles
+them side by side (one process per two cores, at least two, by default). The graph is the one ``load_gpt2``
 builds for the app (the same build, the same layers, this project's
 kernels), compiled and never run:
 virtual-device mode makes MAX return a compile-only model instead of
@@ -67,7 +68,17 @@ TARGETS = {
                       cpu="triple=aarch64-unknown-linux-gnu;cpu=neoverse-n1"),
     "apple-m1": Target("Apple silicon's CPU (macOS): the portable path", cpu="triple=arm64-apple-darwin;cpu=apple-m1"),
 }
-JOBS = 2  # targets compiled at a time by default
+GB_PER_JOB = 4.5  # a target's compile peaked at 4.3 GB (sm_90a)
+
+
+def default_jobs() -> int:
+    """Processes compiling at a time: MAX's compiler keeps about 1.6 cores
+    busy, so one per two cores, as memory allows, and at least two (on two
+    cores a second process beside the first still takes ~18% off)."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    return max(2, min((os.cpu_count() or 1) // 2, int(memory // GB_PER_JOB)))
+
+
 SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # --model: random checkpoints of GPT-2's sizes
 
 
@@ -241,13 +252,14 @@ def show(row: dict) -> None:
 
 def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float, program: str = APP.program,
         jobs: int = 1) -> list[dict]:
-    """Each target in a process of its own, ``jobs`` of them at a time; the
-    rows are printed as they come and returned in the plan's order."""
+    """Each target and precision in a process of its own, ``jobs`` of them at
+    a time; the rows are printed as they come and returned in the plan's order."""
     print(f"model: {model}\n{'target':<16}{'precision':<11}result", flush=True)
+    rows = [(name, (dtype,)) for name, dtypes in plan.items() for dtype in dtypes]
     with ThreadPoolExecutor(jobs) as pool:
         try:
-            per_target = pool.map(lambda item: compile_target(*item, model, timeout, program), plan.items())
-            return [row for rows in per_target for row in rows]
+            per_row = pool.map(lambda item: compile_target(*item, model, timeout, program), rows)
+            return [row for done in per_row for row in done]
         except BaseException:  # Ctrl-C, or a failure of this process's own: no target goes on compiling
             pool.shutdown(wait=False, cancel_futures=True)
             for child in list(RUNNING):
@@ -281,11 +293,12 @@ def main(argv: list[str] | None = None, check: Check = APP) -> int:
     p.add_argument("--model", default="demo", help="demo (default), gpt2 (GPT-2 124M's shapes, a random checkpoint "
                                                    "written once), gpt2-medium/-large/-xl, or a checkpoint folder")
     p.add_argument("--ci", action="store_true", help=f"what CI compiles on this machine: {plan_ci}")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per target before it counts as failed "
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per target and precision before it fails "
                                                                "(default: 1800)")
-    p.add_argument("--jobs", type=int, default=JOBS,
-                   help=f"targets compiled at a time, each in its own process (default: {JOBS}; MAX's compiler "
-                        "keeps about 1.6 of 2 cores busy, and a target's compile can take 4 GB)")
+    p.add_argument("--jobs", type=int, default=default_jobs(),
+                   help="targets and precisions compiled at a time, each in its own process (default: "
+                        f"{default_jobs()} here: one per two cores, at least 2; MAX's compiler keeps about 1.6 cores "
+                        f"busy, and a compile can take {GB_PER_JOB:g} GB)")
     p.add_argument("--json", type=Path, help="also write the results there")
     p.add_argument("--one", metavar="TARGET", help=argparse.SUPPRESS)  # the child: one target, JSON lines
     args = p.parse_args(argv)

@@ -34,7 +34,7 @@ set_default_executor(executor_without_background_compiles())
 # file whole on one worker, in the order collected): a cold run is mostly MAX compiling
 # graphs, and one compile keeps fewer than two cores busy (docs/contributing.md). The files
 # that compile the most go first, so that the longest of them does not start last and run alone.
-SLOWEST_FIRST = ("test_targets.py", "test_serve.py", "test_quantize.py", "test_fast_linear.py")
+SLOWEST_FIRST = ("test_targets.py", "test_serve_targets.py", "test_serve.py", "test_quantize.py", "test_fast_linear.py")
 GIB_PER_WORKER = 2.5  # a graph's compile peaks below 2 GB
 
 

@@ -599,3 +599,19 @@ def test_cold_start_failure_names_the_precision(monkeypatch):
                         lambda cmd, **kw: subprocess.CompletedProcess(cmd, -9, stdout="", stderr=""))  # killed, silent
     with pytest.raises(RuntimeError, match=r"q8_0 \(first run, exit -9\): no output"):
         bench_main.cold_start(Path("/nowhere"), "q8_0")
+
+
+def test_a_mojo_program_is_built_once_per_source(tmp_path, monkeypatch):
+    """The bench's Mojo programs are built into the cache folder, named by
+    their sources (a rebuild at every run cost the sections check ~9 s)."""
+    from bench import mojo_program
+
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
+    source = tmp_path / "hello.mojo"
+    source.write_text('def main():\n    print("hello 1")\n')
+    binary = mojo_program.built(source)
+    assert binary.parent == tmp_path / "cache" / "programs" and mojo_program.run(source) == "hello 1\n"
+    assert mojo_program.built(source).stat().st_mtime_ns == binary.stat().st_mtime_ns  # reused, not rebuilt
+    source.write_text('def main():\n    print("hello 2")\n')
+    assert mojo_program.built(source) != binary and mojo_program.run(source) == "hello 2\n"
+    assert len(list(binary.parent.iterdir())) == 2  # no staging folder left

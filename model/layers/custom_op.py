@@ -81,12 +81,20 @@ def kernel_library() -> Path:
     Why: handed the source folder, MAX runs ``mojo precompile`` on it (~2 s
     here) at every session and every call that names it: 30-47 s of every
     start for a model's ~50 calls. Handed a .mojoc, it loads it once."""
+    return mojo_library(KERNELS)
+
+
+def mojo_library(package: Path) -> Path:
+    """``package`` (a folder of Mojo files) compiled into a library named by
+    the digest of MAX's version and its sources, in the cache folder's
+    ``kernels/``. Built once: the same path every run is also what lets MAX's
+    cache find a graph compiled with it before."""
     digest = hashlib.sha256(importlib.metadata.version("max").encode())
-    for path in sorted(KERNELS.glob("*.mojo")):
+    for path in sorted(package.glob("*.mojo")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    library = caches.folder("kernels") / f"kernels_{digest.hexdigest()[:20]}.mojoc"
+    library = caches.folder("kernels") / f"{package.name}_{digest.hexdigest()[:20]}.mojoc"
     if not library.is_file():
-        precompile(KERNELS, library)
+        precompile(package, library)
     return library
 
 
