@@ -74,9 +74,11 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         "show": [[python, "-m", "checker.show", "07", "--file", "solutions/solution_07.py"],
                  [python, "-m", "model.attention_map", PROMPT, "--model", "demo", "--device", device,
                   "--out", str(logs / "attention.png")]],
-        # The whole suite as CI runs it (a worker per core, as memory allows): on a machine with empty
-        # caches, a cold CI on that machine's cores, the slowest tests listed at the end.
-        "suite": [[*task_argv("test", python), "-ra", "--durations=30"]],
+        # The rest of the suite as CI runs it (a worker per core, as memory allows): on a machine with
+        # empty caches, a cold CI on that machine's cores, the slowest tests listed at the end. The GPU's
+        # own tests run alone on the card in "tests" and "serve" (a server sizes its cache by the card's
+        # free memory); the rest keep to the CPU.
+        "suite": [[*task_argv("test", python), "-ra", "--durations=30", "--ignore=tests/test_gpu.py"]],
     }
 
 

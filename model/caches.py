@@ -85,6 +85,22 @@ def folder(kind: str) -> Path:
     return root() / kind
 
 
+def made_once(path: Path, make) -> Path:
+    """``path``, made by ``make(staging)`` when it is not there yet: made under
+    its final file name in a folder of this process, then moved into place,
+    so that two processes making it at once both succeed."""
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=path.parent)) / path.name
+    try:
+        make(staging)
+        os.replace(staging, path)
+    finally:
+        shutil.rmtree(staging.parent, ignore_errors=True)
+    return path
+
+
 def float32_copies(checkpoint: Path) -> SavedArrays | None:
     """Where ``weights.load_state`` keeps the arrays of ``checkpoint`` that are
     not the file's own bytes, or None when nothing is kept."""

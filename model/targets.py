@@ -7,8 +7,9 @@ device exists: a virtual GPU (``set_virtual_device_api`` / ``_target_arch``
 / ``_count``) makes ``Accelerator()`` a stand-in that compiles and refuses
 to run, and ``set_virtual_cpu_target`` compiles the CPU's kernels for a
 named CPU. Both are process-wide, so each target compiles in a process of
-its own; each precision too, so that a machine with cores to spare compiles
-them side by side (one process per two cores, at least two, by default). The graph is the one ``load_gpt2``
+its own, and each of a GPU target's precisions too, so that a machine with
+cores to spare compiles them side by side (by default one process per two
+cores, at least two, as memory allows). The graph is the one ``load_gpt2``
 builds for the app (the same build, the same layers, this project's
 kernels), compiled and never run:
 virtual-device mode makes MAX return a compile-only model instead of
@@ -68,15 +69,27 @@ TARGETS = {
                       cpu="triple=aarch64-unknown-linux-gnu;cpu=neoverse-n1"),
     "apple-m1": Target("Apple silicon's CPU (macOS): the portable path", cpu="triple=arm64-apple-darwin;cpu=apple-m1"),
 }
-GB_PER_JOB = 4.5  # a target's compile peaked at 4.3 GB (sm_90a)
+GB_PER_JOB = 4.5  # a target's compile at its peak, with room (docs/platforms.md)
+
+
+def available_gb() -> float:
+    """Memory new processes can have (MemAvailable), or all of it where /proc/meminfo is missing."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 / 1e9
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
 
 
 def default_jobs() -> int:
-    """Processes compiling at a time: MAX's compiler keeps about 1.6 cores
-    busy, so one per two cores, as memory allows, and at least two (on two
-    cores a second process beside the first still takes ~18% off)."""
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
-    return max(2, min((os.cpu_count() or 1) // 2, int(memory // GB_PER_JOB)))
+    """Processes compiling at a time: MAX's compiler keeps fewer than two
+    cores busy, so one per two cores and at least two (a second process
+    beside the first still gains on two cores), never more than the memory
+    now available holds (at least one)."""
+    return max(1, min(max(2, (os.cpu_count() or 1) // 2), int(available_gb() // GB_PER_JOB)))
 
 
 SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # --model: random checkpoints of GPT-2's sizes
@@ -191,6 +204,8 @@ def environment() -> dict[str, str]:
 
 
 RUNNING: set[subprocess.Popen] = set()  # the targets' processes now compiling: stopped with the check
+STARTING = threading.Lock()  # held to start a process and to stop them all: none starts after the stop
+STOPPED = threading.Event()  # the check is being stopped: no more processes
 PRINTING = threading.Lock()  # rows from targets compiled side by side: one whole line at a time
 
 
@@ -210,9 +225,12 @@ def compile_target(name: str, dtypes: tuple[str, ...], model: str, timeout: floa
     command = [sys.executable, "-m", program, "--one", name, "--model", model, "--dtypes", *dtypes]
     rows, why = [], None
     with tempfile.TemporaryFile("w+") as errors:
-        child = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=errors,
-                                 text=True, start_new_session=True)  # its own group: a timeout stops its compilers too
-        RUNNING.add(child)
+        with STARTING:
+            if STOPPED.is_set():
+                return []
+            child = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=subprocess.PIPE, stderr=errors,
+                                     text=True, start_new_session=True)  # its own group: a timeout stops its compilers
+            RUNNING.add(child)
 
         def stop() -> None:
             nonlocal why
@@ -252,18 +270,25 @@ def show(row: dict) -> None:
 
 def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float, program: str = APP.program,
         jobs: int = 1) -> list[dict]:
-    """Each target and precision in a process of its own, ``jobs`` of them at
-    a time; the rows are printed as they come and returned in the plan's order."""
+    """Each target in a process of its own, and each of a GPU target's
+    precisions (they share no compiled kernel, so a machine with cores to
+    spare compiles them side by side; a CPU target's precisions share many,
+    one after the other in one process); ``jobs`` processes at a time. The
+    rows are printed as they come and returned in the plan's order."""
     print(f"model: {model}\n{'target':<16}{'precision':<11}result", flush=True)
-    rows = [(name, (dtype,)) for name, dtypes in plan.items() for dtype in dtypes]
+    work = [item for name, dtypes in plan.items()
+            for item in ([(name, (d,)) for d in dtypes] if TARGETS[name].gpu else [(name, dtypes)])]
+    STOPPED.clear()
     with ThreadPoolExecutor(jobs) as pool:
         try:
-            per_row = pool.map(lambda item: compile_target(*item, model, timeout, program), rows)
-            return [row for done in per_row for row in done]
+            done = pool.map(lambda item: compile_target(*item, model, timeout, program), work)
+            return [row for rows in done for row in rows]
         except BaseException:  # Ctrl-C, or a failure of this process's own: no target goes on compiling
             pool.shutdown(wait=False, cancel_futures=True)
-            for child in list(RUNNING):
-                stop_group(child)
+            with STARTING:
+                STOPPED.set()
+                for child in list(RUNNING):
+                    stop_group(child)
             raise
 
 
@@ -293,12 +318,13 @@ def main(argv: list[str] | None = None, check: Check = APP) -> int:
     p.add_argument("--model", default="demo", help="demo (default), gpt2 (GPT-2 124M's shapes, a random checkpoint "
                                                    "written once), gpt2-medium/-large/-xl, or a checkpoint folder")
     p.add_argument("--ci", action="store_true", help=f"what CI compiles on this machine: {plan_ci}")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per target and precision before it fails "
-                                                               "(default: 1800)")
+    p.add_argument("--timeout", type=float, default=1800,
+                   help="seconds per process (a target, or one of a GPU target's precisions) before its rows fail "
+                        "(default: 1800)")
     p.add_argument("--jobs", type=int, default=default_jobs(),
-                   help="targets and precisions compiled at a time, each in its own process (default: "
-                        f"{default_jobs()} here: one per two cores, at least 2; MAX's compiler keeps about 1.6 cores "
-                        f"busy, and a compile can take {GB_PER_JOB:g} GB)")
+                   help="processes compiling at a time: one per target, and per precision on a GPU (default: "
+                        f"{default_jobs()} here: one per two cores, at least 2, as the memory available holds at "
+                        f"{GB_PER_JOB:g} GB each)")
     p.add_argument("--json", type=Path, help="also write the results there")
     p.add_argument("--one", metavar="TARGET", help=argparse.SUPPRESS)  # the child: one target, JSON lines
     args = p.parse_args(argv)

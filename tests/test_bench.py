@@ -603,7 +603,7 @@ def test_cold_start_failure_names_the_precision(monkeypatch):
 
 def test_a_mojo_program_is_built_once_per_source(tmp_path, monkeypatch):
     """The bench's Mojo programs are built into the cache folder, named by
-    their sources (a rebuild at every run cost the sections check ~9 s)."""
+    their sources, and for this CPU (they were built again at every run)."""
     from bench import mojo_program
 
     monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))

@@ -195,6 +195,9 @@ def test_the_stages(there):
     assert ["python3", "-m", "model", "--model", "demo", "--device", "gpu", "--dtype", "bfloat16",
             "--temperature", "0", "--max-new-tokens", "12", run.PROMPT] in plan["check"]
     assert all("--hf-python" in c for c in plan["bench"] + plan["accuracy"])
+    # the rest of the suite as CI runs it, a worker per core; the GPU's own tests in stages of their own
+    [suite] = plan["suite"]
+    assert suite[:5] == ["python3", "-m", "pytest", "-n", "auto"] and "--ignore=tests/test_gpu.py" in suite
     # the overlap run is the plain run's load with one flag passed on to max serve
     plain, timed, overlapped = plan["serve-overlap"]
     assert "--step-times" in timed and "--serve-flag=--enable-overlap-scheduler" in overlapped
@@ -205,3 +208,14 @@ def test_the_stages(there):
     # More files than a call brings back: refused before anything runs.
     assert run.run(["accuracy", "bench", "bench-xl", "bench-serve", "show"], logs=there) == 2
     assert not (there / "summary.txt").exists()
+
+
+def test_the_kit_needs_only_the_standard_library():
+    """It runs on the GPU machine's own Python before MAX is unpacked there:
+    without site-packages (``-S``), every module of it imports."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-S", "-c", "import gpu.__main__, gpu.kit, gpu.run"],
+                          cwd=kit.ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 
+import pytest
 from conftest import run_python
 
 from model import targets
@@ -36,7 +37,7 @@ def test_the_ci_targets_compile(tmp_path):
 def test_a_target_that_fails_is_named_with_its_first_error_line(tmp_path):
     """Quantized weights on a GPU are refused before any compile: each row
     says why, one failure does not stop the next row, and the run fails.
-    Two targets at a time: the rows come back in the order asked."""
+    Two processes at a time: the rows come back in the order asked."""
     done, rows = compile_plan(tmp_path, "sm_90a", "sm_80", "--dtypes", "q8_0", "q4_0", "--jobs", "2")
     assert done.returncode == 1
     assert [(r["target"], r["dtype"], r["compiled"]) for r in rows] == [
@@ -58,31 +59,38 @@ def test_every_target_is_described_in_the_help():
 
 
 def test_targets_compiled_side_by_side_come_back_in_the_plan_s_order(monkeypatch, capsys):
-    """Each target and precision in a process of its own (so a machine with
-    cores to spare compiles a target's precisions side by side); the rows in
-    the plan's order whatever order they finish in."""
+    """A process per target, and per precision for a GPU target (its
+    precisions share no compiled kernel; a CPU target's share many, so they
+    compile one after the other in one process); the rows in the plan's
+    order whatever order they finish in."""
     import time
 
     started = []
 
     def compile_target(name, dtypes, model, timeout, program):
         started.append((name, dtypes))
-        time.sleep({("first", "a"): 0.6, ("first", "b"): 0.4}.get((name, dtypes[0]), 0.0))  # the first finishes last
+        time.sleep({("sm_90a", "float32"): 0.6, ("sm_90a", "bfloat16"): 0.4}.get((name, dtypes[0]), 0.0))
         return [{"target": name, "dtype": d} for d in dtypes]
 
     monkeypatch.setattr(targets, "compile_target", compile_target)
-    rows = targets.run({"first": ("a", "b"), "second": ("a",), "third": ("b",)}, "demo", 60, jobs=3)
-    assert [(r["target"], r["dtype"]) for r in rows] == [("first", "a"), ("first", "b"), ("second", "a"),
-                                                         ("third", "b")]
-    assert sorted(started) == [("first", ("a",)), ("first", ("b",)), ("second", ("a",)), ("third", ("b",))]
+    plan = {"sm_90a": ("float32", "bfloat16"), "x86-64-v3": ("float32", "q4_0"), "sm_80": ("bfloat16",)}
+    rows = targets.run(plan, "demo", 60, jobs=3)
+    assert [(r["target"], r["dtype"]) for r in rows] == [(t, d) for t, ds in plan.items() for d in ds]
+    assert sorted(started) == [("sm_80", ("bfloat16",)), ("sm_90a", ("bfloat16",)), ("sm_90a", ("float32",)),
+                               ("x86-64-v3", ("float32", "q4_0"))]
 
 
-def test_the_default_jobs_follow_the_cores_and_memory(monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert targets.default_jobs() == min(8, max(2, int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-                                                     / 1e9 // targets.GB_PER_JOB)))
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert targets.default_jobs() == 2  # two side by side still beat one on two cores
+def test_the_default_jobs_follow_the_cores_and_the_memory_available(monkeypatch):
+    cores, memory = 16, 200.0
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(targets, "available_gb", lambda: memory)
+    assert targets.default_jobs() == 8  # one per two cores
+    memory = 3 * targets.GB_PER_JOB + 1
+    assert targets.default_jobs() == 3  # as many as the memory available holds
+    cores, memory = 2, 200.0
+    assert targets.default_jobs() == 2  # two side by side still gain on two cores
+    memory = 1.0
+    assert targets.default_jobs() == 1  # but not past the memory
 
 
 def test_an_interrupted_check_stops_the_targets_still_compiling(monkeypatch, capsys):
@@ -118,3 +126,14 @@ def test_an_interrupted_check_stops_the_targets_still_compiling(monkeypatch, cap
         if compiling.poll() is None:
             compiling.kill()
     assert compiling.wait(timeout=5) == -signal.SIGKILL and time.perf_counter() - start < 30
+
+
+def test_a_stopped_check_starts_no_more_processes(monkeypatch):
+    """A thread of the pool that reaches its start after Ctrl-C stopped the
+    others starts nothing (it would compile on, unseen, until its timeout)."""
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("a process was started"))
+    targets.STOPPED.set()
+    try:
+        assert targets.compile_target("sm_90a", ("float32",), "demo", 60) == [] and not targets.RUNNING
+    finally:
+        targets.STOPPED.clear()

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from max.dtype import DType
@@ -93,24 +90,21 @@ def mojo_library(package: Path) -> Path:
     for path in sorted(package.glob("*.mojo")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     library = caches.folder("kernels") / f"{package.name}_{digest.hexdigest()[:20]}.mojoc"
-    if not library.is_file():
-        precompile(package, library)
-    return library
+    return library if library.is_file() else precompile(package, library)
 
 
-def precompile(package: Path, library: Path) -> None:
-    """``mojo precompile package -o library``, built under the library's
-    final file name (the compiler takes the module's name from it) in a
-    folder of this process, then moved into place: two processes building
-    at once both succeed. (bench/kernels.py builds an older tree's this way too.)"""
+def precompile(package: Path, library: Path) -> Path:
+    """``mojo precompile package -o library``, built under the library's final
+    file name (the compiler takes the module's name from it), once
+    (caches.made_once). (bench/kernels.py builds an older tree's this way too.)"""
+    return caches.made_once(library, lambda staging: run_mojo("precompile", str(package), "-o", str(staging)))
+
+
+def run_mojo(*args: str) -> None:
+    """``mojo ARGS`` with the compiler that ships in the max wheel; what it
+    printed to stderr raised when it fails."""
     from mojo.run import subprocess_run_mojo
 
-    library.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=library.parent)) / library.name
-    try:
-        done = subprocess_run_mojo(["precompile", str(package), "-o", str(staging)], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"mojo precompile {package} failed (exit {done.returncode}):\n{done.stderr}")
-        os.replace(staging, library)
-    finally:
-        shutil.rmtree(staging.parent, ignore_errors=True)
+    done = subprocess_run_mojo(list(args), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"mojo {' '.join(args)} failed (exit {done.returncode}):\n{done.stderr}")
