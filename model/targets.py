@@ -321,9 +321,10 @@ def main(argv: list[str] | None = None, check: Check = APP) -> int:
     p.add_argument("--timeout", type=float, default=1800,
                    help="seconds per process (a target, or one of a GPU target's precisions) before its rows fail "
                         "(default: 1800)")
-    p.add_argument("--jobs", type=int, default=default_jobs(),
+    jobs = default_jobs()
+    p.add_argument("--jobs", type=int, default=jobs,
                    help="processes compiling at a time: one per target, and per precision on a GPU (default: "
-                        f"{default_jobs()} here: one per two cores, at least 2, as the memory available holds at "
+                        f"{jobs} here: one per two cores, at least 2, as the memory available holds at "
                         f"{GB_PER_JOB:g} GB each)")
     p.add_argument("--json", type=Path, help="also write the results there")
     p.add_argument("--one", metavar="TARGET", help=argparse.SUPPRESS)  # the child: one target, JSON lines

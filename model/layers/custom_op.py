@@ -90,7 +90,7 @@ def mojo_library(package: Path) -> Path:
     for path in sorted(package.glob("*.mojo")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     library = caches.folder("kernels") / f"{package.name}_{digest.hexdigest()[:20]}.mojoc"
-    return library if library.is_file() else precompile(package, library)
+    return precompile(package, library)
 
 
 def precompile(package: Path, library: Path) -> Path:
