@@ -31,7 +31,7 @@ STAMP = VENV / ".installed-from"
 
 
 def load_tasks() -> dict[str, dict]:
-    """pixi.toml's tasks as {name: {"cmd": ..., "description": ...}}."""
+    """pixi.toml's tasks as {name: {"cmd": ..., "description": ..., "env": {...}}}."""
     with open(ROOT / "pixi.toml", "rb") as f:
         table = tomllib.load(f).get("tasks", {})
     return {name: ({"cmd": spec} if isinstance(spec, str) else spec) for name, spec in table.items()}
@@ -45,6 +45,11 @@ def task_argv(task: str, python: str = sys.executable) -> list[str]:
 
 
 RUNNER = "GPT2_MAX_TASK_RUNNER"  # how the learner runs tasks, for messages that name a command
+
+
+def task_env(task: str) -> dict[str, str]:
+    """The environment variables ``task`` sets (its ``env`` table in pixi.toml)."""
+    return {name: str(value) for name, value in load_tasks()[task].get("env", {}).items()}
 
 
 def task_command(task: str) -> str:
@@ -109,6 +114,7 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     env = dict(os.environ, VIRTUAL_ENV=str(VENV), PATH=f"{venv_bin()}{os.pathsep}{os.environ.get('PATH', '')}")
     env[RUNNER] = "python3.13 tasks.py"
+    env.update(task_env(name))
     command = tasks[name]["cmd"] + "".join(" " + shlex.quote(arg) for arg in extra)
     return subprocess.run(command, shell=True, cwd=ROOT, env=env).returncode
 

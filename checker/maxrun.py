@@ -16,29 +16,26 @@ from contextlib import contextmanager, redirect_stderr
 import numpy as np
 
 from checker.harness import CheckFailed, to_numpy
+from model.device import hide_gpus
 
 # (batch, sequence length): batch 1 and 2, a single token, a short and a long
 # (> 64) sequence.
 SHAPES = [(1, 1), (2, 7), (2, 70)]
-# What hides GPUs from a process: NVIDIA's driver reads the first, AMD's runtimes the others.
-GPU_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 KEEP_GPUS = "GPT2_MAX_CHECKER_GPUS"  # "1": the checker leaves the GPUs in MAX's sight
 
 
 def without_gpus() -> None:
     """Hide the GPUs from this process and its children, before MAX first
     looks for devices: called where the checker's own processes start
-    (``python -m checker``, ``python -m checker.show``), never in the suite
-    or the app, whose later children may want a GPU. The checks run on the
+    (``python -m checker``, ``python -m checker.show``), never in the app,
+    whose later children may want a GPU. The checks run on the
     CPU on every machine (``interpreter()``); a GPU in MAX's sight keeps the
     shipped CPU kernels out (checker/eager_kernels), so every eager op
     compiles on first use: minutes for a first check on a GPU machine, seconds
     with the GPUs hidden (docs/gpu.md). ``GPT2_MAX_CHECKER_GPUS=1`` leaves them
     in sight, should a MAX release mind not seeing a GPU its machine has."""
-    if os.environ.get(KEEP_GPUS) == "1":
-        return
-    for name in GPU_VISIBILITY:
-        os.environ[name] = ""  # empty, not "-1": with "-1" MAX still counts a GPU it cannot open
+    if os.environ.get(KEEP_GPUS) != "1":
+        hide_gpus()
 
 
 class WithoutStoreLines:

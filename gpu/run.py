@@ -16,13 +16,18 @@ import time
 from pathlib import Path
 
 from gpu import kit
-from tasks import task_argv
+from tasks import task_argv, task_env
 
 PROMPT = "And it came to pass"
 # The GPU tests that locate a bfloat16 fault, in the order the "tests" stage runs them first.
 FIRST_TESTS = ["test_bfloat16_scores_every_position_of_the_demo",
                "test_the_models_bfloat16_matmuls_at_any_row_count",
                "test_the_demos_attention_and_graph_tail_in_bfloat16"]
+
+
+# The tests that need what the kit leaves out (kit.LEFT_OUT: the linter, the book's builder).
+NEEDS_LEFT_OUT = ["--ignore=tests/test_lint.py",
+                  "--deselect=tests/test_docs.py::test_book_builds_strict_with_a_page_per_step"]
 
 
 def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
@@ -32,6 +37,8 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
                  "--temperature", "0", "--max-new-tokens", "12", PROMPT] for dtype in dtypes]
     accuracy = [python, "-m", "bench.accuracy", "--device", device, "--checkpoints", "demo", "--hf-python", python]
     served_alone = [python, "-m", "bench.serve", "--device", device, "--no-llama-cpp"]  # no baseline beside it
+    # The suite hides the GPUs (tests/conftest.py); the GPU's tests run with them in sight, as `test-gpu` does.
+    gpus_in_sight = ["env", *(f"{name}={value}" for name, value in task_env("test-gpu").items())]
     return {
         # Is MAX there, does it see the card, and does the app run on it?
         "check": [*([["nvidia-smi"]] if shutil.which("nvidia-smi") else []),
@@ -42,8 +49,9 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
                   *generate],
         # The tests written for a GPU, then the device choice's: first those that say where bfloat16 goes
         # wrong (small graphs, then the demo's positions), then the rest.
-        "tests": [[python, "-m", "pytest", "-ra", "-s", *(f"tests/test_gpu.py::{test}" for test in FIRST_TESTS)],
-                  [python, "-m", "pytest", "-ra", "-s", "tests/test_gpu.py", "tests/test_device.py",
+        "tests": [[*gpus_in_sight, python, "-m", "pytest", "-ra", "-s",
+                   *(f"tests/test_gpu.py::{test}" for test in FIRST_TESTS)],
+                  [*gpus_in_sight, python, "-m", "pytest", "-ra", "-s", "tests/test_gpu.py", "tests/test_device.py",
                    "-k", " and ".join(["not serve", *(f"not {test}" for test in FIRST_TESTS)])]],
         # bfloat16 and float32 logits and greedy text against Hugging Face at the same precision on the same card:
         # first each graph compiled in this process (bfloat16 before any float32 graph ran), then each loaded
@@ -56,7 +64,7 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
                       "--hf-python", python, "--json", str(logs / "bench-gpt2-xl.json")]],
         # The server on the card (float32, its default there) against the app's text.
         # (tests/test_serve.py compares float32 servers on the CPU with HF token for token.)
-        "serve": [[python, "-m", "pytest", "-ra", "tests/test_gpu.py", "-k", "serve"]],
+        "serve": [[*gpus_in_sight, python, "-m", "pytest", "-ra", "tests/test_gpu.py", "-k", "serve"]],
         # Its throughput against HF's generate in a loop on the same card (bench/hf_server.py): a stage of its
         # own, since the server's cold compiles for the test and for 124M do not both fit one call.
         "bench-serve": [[python, "-m", "bench.serve", "--device", device, "--hf-python", python,
@@ -74,11 +82,11 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         "show": [[python, "-m", "checker.show", "07", "--file", "solutions/solution_07.py"],
                  [python, "-m", "model.attention_map", PROMPT, "--model", "demo", "--device", device,
                   "--out", str(logs / "attention.png")]],
-        # The rest of the suite as CI runs it (a worker per core, as memory allows): on a machine with
-        # empty caches, a cold CI on that machine's cores, the slowest tests listed at the end. The GPU's
-        # own tests run alone on the card in "tests" and "serve" (a server sizes its cache by the card's
-        # free memory); the rest keep to the CPU.
-        "suite": [[*task_argv("test", python), "-ra", "--durations=30", "--ignore=tests/test_gpu.py"]],
+        # The suite as CI runs it (a worker per core, as memory allows), on the CPU (tests/conftest.py hides
+        # the GPUs; the GPU's own tests run alone on the card in "tests" and "serve"): on a machine with empty
+        # caches, a cold CI on that machine's cores. A line per test as it ends (-v), so a stage stopped at the
+        # call's limit still says which failed; the slowest tests at the end. Less what needs the kit's left-outs.
+        "suite": [[*task_argv("test", python), "-v", "-ra", "--durations=30", *NEEDS_LEFT_OUT]],
     }
 
 

@@ -19,6 +19,7 @@ with one line naming the missing feature.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -51,6 +52,20 @@ class Placement:
         """The block encoding of the Linear layers' weights (activations stay
         float32), or None for plain float weights."""
         return self.dtype if self.dtype in QUANTIZED_DTYPES else None
+
+
+# What hides GPUs from a process: NVIDIA's driver reads the first, AMD's runtimes the others.
+GPU_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def hide_gpus() -> None:
+    """Hide the GPUs from this process and its children, before MAX first looks
+    for devices (MAX then counts none: ``--device auto`` takes the CPU, and
+    MAX's eager ops run on the CPU). Each variable is set empty, not "-1": with
+    "-1", MAX 26.7 still counted a GPU, then failed to open it when a graph
+    was made (docs/gpu.md)."""
+    for name in GPU_VISIBILITY:
+        os.environ[name] = ""
 
 
 def accelerator_count() -> int:

@@ -13,6 +13,7 @@ output the graph compiler may fuse with the op that follows).
 
 from __future__ import annotations
 
+import importlib
 import re
 from typing import Any
 
@@ -133,6 +134,15 @@ def tensor_value(tensor):
 # A Mojo module that mojo's importer compiles into the installed package on first import, for
 # the CPU at hand; tests/avx2_under_qemu.py stubs it under emulation (nothing it runs calls it).
 KV_CACHE_OPS = "max._kv_cache_ops"
+
+
+def build_kv_cache_ops() -> None:
+    """Import KV_CACHE_OPS in this one process, compiling it if this install has not yet (~14 s).
+    mojo's importer writes the library under its final name as it compiles it, so a process that
+    imports it meanwhile reads a half-written file ("... .so: file too short") or has it deleted
+    under it. Called before starting processes that import MAX side by side on what may be a
+    fresh install: the test workers (tests/conftest.py), the targets check's compiles."""
+    importlib.import_module(KV_CACHE_OPS)
 FUSED_OUTPUT_TENSOR = "_FusedOutputTensor"  # from Mojo's ``extensibility`` package
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from model.device import DTYPES, QUANTIZED_DTYPES
+from model.max_internals import build_kv_cache_ops
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -344,6 +345,7 @@ def main(argv: list[str] | None = None, check: Check = APP) -> int:
     if args.jobs < 1:
         p.error("--jobs must be at least 1")
     checkpoint(model)  # a random checkpoint written once, here, before the targets' processes read it
+    build_kv_cache_ops()  # MAX's Mojo module built once, here, before processes import it side by side
     plan = check.ci_plan() if args.ci else {n: tuple(args.dtypes) if args.dtypes else check.dtypes(TARGETS[n])
                                             for n in args.targets or TARGETS}
     rows = run(plan, model, args.timeout, check.program, args.jobs)

@@ -8,15 +8,33 @@ import sys
 from pathlib import Path
 
 import pytest
-from max.experimental.executor import set_default_executor
 
-from checker import __main__ as cli
-from checker import eager_kernels, registry
-from checker.harness import Outcome, run_checks
-from checker.skeleton import ROOT, make_skeleton
-from model.max_internals import executor_without_background_compiles
+from model.device import hide_gpus
+
+# The suite tests what CI tests, the CPU, on every machine: on a machine with a GPU, MAX would
+# otherwise put the tests' eager tensors on the GPU in bfloat16, `--device auto` would take
+# it, and the shipped CPU eager kernels would go unused. Hidden before MAX first looks for a
+# device, from this process and every one it starts. The GPU's own tests (tests/test_gpu.py)
+# run with the GPUs in sight: `pixi run test-gpu` sets TEST_GPUS to 1.
+TEST_GPUS = "GPT2_MAX_TEST_GPUS"
+if os.environ.get(TEST_GPUS) != "1":
+    hide_gpus()
+
+from max.experimental.executor import set_default_executor  # noqa: E402  (after the GPUs are hidden)
+
+from checker import __main__ as cli  # noqa: E402
+from checker import eager_kernels, registry  # noqa: E402
+from checker.harness import Outcome, run_checks  # noqa: E402
+from checker.skeleton import ROOT, make_skeleton  # noqa: E402
+from model.max_internals import build_kv_cache_ops, executor_without_background_compiles  # noqa: E402
 
 SOLUTIONS = ROOT / "solutions"
+
+# MAX compiles a Mojo module of its own on its first import after an install, writing it in place:
+# pytest-xdist's workers importing it side by side on a fresh install failed reading it half
+# written. Built here first, in the one process that starts the workers.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    build_kv_cache_ops()
 
 # MAX's eager kernels shipped for x86-64-v3 CPUs, named for this process and every one it
 # starts: where they serve, no test compiles an eager kernel, and CI needs no `warm` step.

@@ -155,7 +155,7 @@ except SystemExit:
     pass
 print("hidden:", [os.environ.get(name) for name in {names!r}])
 """
-    from checker.maxrun import GPU_VISIBILITY
+    from model.device import GPU_VISIBILITY
 
     for module, argv in (("checker", ["checker", "01", "--solution", "--no-color"]), ("checker.show", ["show", "99"])):
         done = run_python("-c", probe.format(argv=argv, module=module, names=GPU_VISIBILITY), timeout=300)

@@ -137,3 +137,18 @@ def test_a_gpu_runs_float32_unless_bfloat16_is_asked_for_and_says_why():
     assert "docs/gpu.md" in bfloat16_note(choose("gpu", "bfloat16", accelerators=1))
     assert bfloat16_note(choose("gpu", "float32", accelerators=1)) is None
     assert bfloat16_note(choose("cpu", "auto", accelerators=1)) is None
+
+
+def test_the_suite_runs_with_the_gpus_hidden():
+    """tests/conftest.py hides the GPUs from the suite's processes (the suite tests the CPU,
+    as CI does, on a machine with a GPU too); `test-gpu` shows them to the GPU's tests."""
+    import os
+
+    from conftest import TEST_GPUS
+
+    from model.device import GPU_VISIBILITY
+
+    if os.environ.get(TEST_GPUS) == "1":
+        pytest.skip("this run shows the GPUs (test-gpu)")
+    assert all(os.environ.get(name) == "" for name in GPU_VISIBILITY)
+    assert accelerator_count() == 0 and choose("auto", "auto").kind == "cpu"

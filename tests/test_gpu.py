@@ -2,9 +2,11 @@
 (the default there) and in bfloat16, against Hugging Face's reference data,
 and the probes that locate MAX 26.7's bfloat16 fault on the card (one row
 must be right; several rows wrong is an expected failure: docs/gpu.md).
-Skipped (with the reason) where MAX sees no accelerator, as on CI.
+Skipped in the suite, which tests the CPU on every machine (tests/conftest.py
+hides the GPUs), and where MAX sees no accelerator.
 
-On a GPU machine with MAX: ``python -m pytest -ra tests/test_gpu.py``. On a
+On a GPU machine with MAX: ``pixi run test-gpu`` (this file and
+tests/test_device.py with the GPUs in sight: ``GPT2_MAX_TEST_GPUS=1``). On a
 GPU machine without network or MAX: ``python3.13 -m gpu pack --python 3.N
 --installed FILE`` here (the machine's Python and its ``pip list --format=freeze``),
 then ``python3 -m gpu receive`` there once per piece and ``python3 -m gpu run
@@ -13,15 +15,20 @@ tests`` (docs/gpu.md)."""
 from __future__ import annotations
 
 import contextlib
+import os
 
 import numpy as np
 import pytest
 from checkpoints import reference
+from conftest import TEST_GPUS
 
 from model.device import accelerator_count
 
-pytestmark = pytest.mark.skipif(accelerator_count() == 0,
-                                reason="MAX sees no accelerator on this machine (on a GPU machine: docs/gpu.md)")
+if os.environ.get(TEST_GPUS) != "1":  # tests/conftest.py hid the GPUs: the suite tests the CPU
+    pytestmark = pytest.mark.skip(reason="the suite runs on the CPU; on a GPU machine `pixi run test-gpu` runs these")
+else:
+    pytestmark = pytest.mark.skipif(accelerator_count() == 0,
+                                    reason="MAX sees no accelerator on this machine (docs/gpu.md)")
 
 
 

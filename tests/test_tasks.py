@@ -121,3 +121,27 @@ def test_the_first_install_prints_a_few_lines_not_pip_s_stream(tmp_path, monkeyp
     with pytest.raises(SystemExit, match="pip exit 1"):
         tasks.ensure_venv()
     assert "WARNING: Location" in capsys.readouterr().err  # a failure shows what pip said
+
+
+def test_a_task_s_env_table_reaches_its_command(monkeypatch):
+    # `test-gpu` shows the GPUs to the GPU's tests, which the suite hides (tests/conftest.py).
+    import subprocess
+
+    from conftest import TEST_GPUS
+
+    import tasks
+
+    ran = {}
+
+    def run(command, **kwargs):
+        ran.update(command=command, env=kwargs["env"])
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(tasks, "ensure_venv", lambda: None)
+    monkeypatch.setattr(tasks.subprocess, "run", run)
+    monkeypatch.setattr(tasks.sys, "version_info", (3, 13, 0))
+    monkeypatch.delenv(TEST_GPUS, raising=False)
+    assert tasks.task_env("test-gpu") == {TEST_GPUS: "1"} and tasks.task_env("test") == {}
+    assert tasks.main(["test-gpu", "-x"]) == 0
+    assert ran["env"][TEST_GPUS] == "1" and ran["command"].endswith("tests/test_device.py -x")
+    assert tasks.main(["test"]) == 0 and TEST_GPUS not in ran["env"]
