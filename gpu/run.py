@@ -82,6 +82,9 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         "show": [[python, "-m", "checker.show", "07", "--file", "solutions/solution_07.py"],
                  [python, "-m", "model.attention_map", PROMPT, "--model", "demo", "--device", device,
                   "--out", str(logs / "attention.png")]],
+        # The machine's CPU (AVX-512 with VNNI on the GPU machines so far): the demo's shipped graph (avx2 kernels)
+        # against the CPU's own (avx512-vnni), what a first run gives up there.
+        "portable": [[python, "-m", "bench.portable", "--rounds", "5", "--json", str(logs / "portable.json")]],
         # The suite as CI runs it (a worker per core, as memory allows), on the CPU (tests/conftest.py hides
         # the GPUs; the GPU's own tests run alone on the card in "tests" and "serve"): on a machine with empty
         # caches, a cold CI on that machine's cores. A line per test as it ends (-v), so a stage stopped at the

@@ -13,7 +13,6 @@ output the graph compiler may fuse with the op that follows).
 
 from __future__ import annotations
 
-import importlib
 import re
 from typing import Any
 
@@ -142,7 +141,7 @@ def build_kv_cache_ops() -> None:
     imports it meanwhile reads a half-written file ("... .so: file too short") or has it deleted
     under it. Called before starting processes that import MAX side by side on what may be a
     fresh install: the test workers (tests/conftest.py), the targets check's compiles."""
-    importlib.import_module(KV_CACHE_OPS)
+    from max import _kv_cache_ops  # noqa: F401  (KV_CACHE_OPS: the import is what builds it)
 FUSED_OUTPUT_TENSOR = "_FusedOutputTensor"  # from Mojo's ``extensibility`` package
 
 

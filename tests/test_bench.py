@@ -615,3 +615,29 @@ def test_a_mojo_program_is_built_once_per_source(tmp_path, monkeypatch):
     source.write_text('def main():\n    print("hello 2")\n')
     assert mojo_program.built(source) != binary and mojo_program.run(source) == "hello 2\n"
     assert len(list(binary.parent.iterdir())) == 2  # no staging folder left
+
+
+def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(tmp_path, monkeypatch, capsys):
+    """bench.portable: the shipped graph against this CPU's own, alternated; a run that
+    used the other graph, or tokens that differ, fail it (the real runs: the bench itself)."""
+    from bench import portable
+
+    calls = []
+
+    def run_app(graph, new_tokens, folder):
+        calls.append(graph)
+        rate = {"shipped": 100.0, "own": 150.0}[graph] + len(calls)
+        return {"decode_tokens_per_s": rate, "prefill_ms": 10.0, "compile_s": 0.0, "tokens": [1, 2, 3],
+                "shipped": graph == "shipped"}
+
+    monkeypatch.setattr(portable, "run_app", run_app)
+    monkeypatch.setattr(portable.portable, "cannot_run", lambda made_with: "")
+    assert portable.main(["--rounds", "3", "--json", str(tmp_path / "p.json")]) == 0
+    # each untimed first, then the order swapped every round
+    assert calls == ["shipped", "own", "shipped", "own", "own", "shipped", "shipped", "own"]
+    out = capsys.readouterr().out
+    assert "own / shipped decode: 1.4" in out and "the same tokens: yes" in out
+    assert json.loads((tmp_path / "p.json").read_text())["medians"]["own"]["decode_tokens_per_s"] == 155.0
+    monkeypatch.setattr(portable, "run_app", lambda graph, n, folder: {**run_app(graph, n, folder), "shipped": True})
+    with pytest.raises(SystemExit, match="did not use the graph"):
+        portable.main(["--rounds", "1"])

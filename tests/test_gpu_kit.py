@@ -191,7 +191,7 @@ def test_the_start_up_hook_for_python_3_12_compiles():
 def test_the_stages(there):
     plan = run.stages("python3", "gpu", there)
     assert list(plan) == ["check", "tests", "accuracy", "bench", "bench-xl", "serve", "bench-serve",
-                          "serve-overlap", "show", "suite"]
+                          "serve-overlap", "show", "portable", "suite"]
     assert ["python3", "-m", "model", "--model", "demo", "--device", "gpu", "--dtype", "bfloat16",
             "--temperature", "0", "--max-new-tokens", "12", run.PROMPT] in plan["check"]
     assert all("--hf-python" in c for c in plan["bench"] + plan["accuracy"])

@@ -1,0 +1,95 @@
+"""``python -m bench.portable``: the demo's shipped graph against this CPU's own.
+
+The project ships the demo's graph compiled for x86-64-v3, whose kernels take
+their avx2 path (model/portable/). On a CPU with AVX-512 and VNNI, the app
+uses it on the first run and compiles the CPU's own graph (the avx512-vnni
+path) in the background for the next. This measures what the first runs give
+up: the app's own greedy decode (``python -m model --json``, the demo,
+``--device cpu``) with each graph, each run a fresh process, the two
+alternated for ``--rounds`` rounds, the order swapped every round. It prints
+each one's median decode and prefill, the ratio, and whether both wrote the
+same tokens (they must). On an AVX2 CPU both take the avx2 path: the ratio is
+noise there.
+
+Each graph has its own project cache folder (under this one's
+``portable-bench``): the shipped graph's runs never compile the CPU's own
+graph, which the app would prefer once saved. The first run of each is not
+timed: the CPU's own graph compiles then (~1-3 min on 2 cores, cached after).
+
+    python -m bench.portable --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from model import caches, cpu, portable
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "And it came to pass"
+SHIPPED_SAYS = "using the shipped compiled graph"
+GRAPHS = {  # name: (what it is, the environment its runs add)
+    "shipped": (f"the shipped graph ({portable.LEVEL}, {portable.TARGET_PATH} kernels)", {}),
+    "own": (f"this CPU's own graph ({cpu.native_path(cpu.flags())} kernels)", {portable.USE: "0"}),
+}
+
+
+def run_app(graph: str, new_tokens: int, folder: Path) -> dict:
+    """One run of the app with ``graph``; its JSON line, and whether it used the shipped graph."""
+    env = dict(os.environ, **GRAPHS[graph][1], **{caches.CACHE: str(folder / graph), portable.BACKGROUND: "0"})
+    env.pop(cpu.ENV, None)  # the kernels' own choice, as a user has it
+    command = [sys.executable, "-m", "model", "--model", portable.MODEL, "--device", "cpu", "--temperature", "0",
+               "--max-new-tokens", str(new_tokens), "--json", PROMPT]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"bench.portable: the {graph} graph's run failed (exit {done.returncode}):\n"
+                         + done.stderr[-2000:])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["shipped"] = SHIPPED_SAYS in done.stderr
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.portable", description=__doc__.split("\n\n")[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=5, help="timed runs of each graph, alternated (default: 5)")
+    p.add_argument("--new-tokens", type=int, default=128, help="tokens each run decodes (default: 128)")
+    p.add_argument("--json", type=Path, help="also write the figures there")
+    args = p.parse_args(argv)
+    why = portable.cannot_run(portable.shipped_facts()["max"]) if portable.shipped_facts() else "no shipped graph"
+    if why:
+        p.error(f"the shipped graph cannot run here: {why}")
+    folder = caches.folder("portable-bench")
+    runs: dict[str, list[dict]] = {graph: [] for graph in GRAPHS}
+    for graph in GRAPHS:  # untimed: the own graph compiles, the shipped one is unpacked
+        first = run_app(graph, args.new_tokens, folder)
+        print(f"{graph}: first run, compile {first['compile_s']:.1f} s", flush=True)
+    for round_ in range(args.rounds):
+        for graph in (GRAPHS if round_ % 2 == 0 else reversed(GRAPHS)):
+            runs[graph].append(run_app(graph, args.new_tokens, folder))
+            print(f"round {round_ + 1}: {graph} decode {runs[graph][-1]['decode_tokens_per_s']:.1f} tok/s", flush=True)
+    if not all(r["shipped"] for r in runs["shipped"]) or any(r["shipped"] for r in runs["own"]):
+        raise SystemExit("bench.portable: a run did not use the graph it was meant to (see the app's stderr)")
+    medians = {graph: {key: statistics.median(r[key] for r in rs) for key in ("decode_tokens_per_s", "prefill_ms")}
+               for graph, rs in runs.items()}
+    same = len({tuple(r["tokens"]) for rs in runs.values() for r in rs}) == 1
+    print(f"\n{args.rounds} rounds, {args.new_tokens} new tokens, the demo on {cpu.describe()}:")
+    for graph, (what, _) in GRAPHS.items():
+        print(f"  {what}: decode {medians[graph]['decode_tokens_per_s']:.1f} tok/s, "
+              f"prefill {medians[graph]['prefill_ms']:.1f} ms (medians)")
+    ratio = medians["own"]["decode_tokens_per_s"] / medians["shipped"]["decode_tokens_per_s"]
+    print(f"  own / shipped decode: {ratio:.2f}x; the same tokens: {'yes' if same else 'NO'}")
+    if args.json:
+        args.json.write_text(json.dumps({"cpu": cpu.describe(), "rounds": args.rounds, "new_tokens": args.new_tokens,
+                                         "medians": medians, "runs": runs, "same_tokens": same}, indent=2))
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
