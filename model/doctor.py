@@ -51,19 +51,20 @@ def version(package: str) -> str:
 
 
 def gpus() -> str:
-    """The accelerators MAX sees, by architecture."""
-    from model.device import accelerator_count
+    """The accelerators MAX sees, by architecture, and any variable set that hides some."""
+    from model.device import GPU_VISIBILITY, accelerator_count
 
     count = accelerator_count()
+    hiding = [f"{name}={os.environ[name]!r}" for name in GPU_VISIBILITY if name in os.environ]
     if count == 0:
-        return "none that MAX sees"
+        return "none that MAX sees" + (f" ({', '.join(hiding)})" if hiding else "")
     try:
         from max.driver import Accelerator
 
         names = [f"{Accelerator(i).api} {Accelerator(i).architecture_name}" for i in range(count)]
     except Exception as exc:  # counted but not opened: say so rather than fail the report
         names = [f"(could not open: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"]
-    return f"{count}: " + ", ".join(names)
+    return f"{count}: " + ", ".join(names) + (f" ({', '.join(hiding)})" if hiding else "")
 
 
 def lines() -> list[tuple[str, str]]:

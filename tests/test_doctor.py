@@ -28,3 +28,15 @@ def test_an_unknown_platform_is_called_untested(monkeypatch):
 def test_sizes_read_as_people_write_them():
     assert [doctor.human(n) for n in (12, 1_500, 999_999, 2_000_000, 3_400_000_000)] == \
         ["12 B", "1.5 KB", "1.0 MB", "2.0 MB", "3.4 GB"]
+
+
+def test_the_gpu_line_names_a_variable_that_hides_gpus(monkeypatch):
+    # The suite hides the GPUs (tests/conftest.py): a report from a run so set says so.
+    from model.device import GPU_VISIBILITY
+
+    monkeypatch.setattr("model.device.accelerator_count", lambda: 0)
+    for name in GPU_VISIBILITY:
+        monkeypatch.delenv(name, raising=False)
+    assert doctor.gpus() == "none that MAX sees"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert doctor.gpus() == "none that MAX sees (CUDA_VISIBLE_DEVICES='')"
