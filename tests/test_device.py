@@ -57,9 +57,9 @@ def test_this_machine():
 def test_a_build_sets_its_own_dtype_and_device_over_max_s_defaults():
     """On a machine with a GPU, MAX's defaults for new tensors are the
     accelerator and bfloat16; a CPU float32 build must not take them. Here the
-    bfloat16 default is set by hand: every parameter is still float32. (The
-    device half needs a machine with a GPU, where the suite's CPU builds
-    exercise it: a CPU is the only device here.)"""
+    bfloat16 default is set by hand: every parameter is still float32. The
+    device half needs a GPU in sight: `pixi run test-gpu` runs this file so,
+    and there the build also runs under MAX's own defaults."""
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental.tensor import default_device, default_dtype
@@ -74,6 +74,9 @@ def test_a_build_sets_its_own_dtype_and_device_over_max_s_defaults():
         lm = build_lm(course("solutions"), config, BuildOptions(device="cpu", dtype="float32"))
     kinds = {(str(t.dtype), str(t.device)) for _, t in lm.parameters}
     assert kinds == {(str(DType.float32), str(CPU()))}
+    if accelerator_count():  # MAX's defaults there: the GPU, in bfloat16
+        lm = build_lm(course("solutions"), config, BuildOptions(device="cpu", dtype="float32"))
+        assert {(str(t.dtype), str(t.device)) for _, t in lm.parameters} == {(str(DType.float32), str(CPU()))}
 
 
 def test_weight_bytes_count_what_the_graph_holds():
