@@ -63,10 +63,12 @@ def greedy(gpt2, prompt: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 def learner_tree(tmp_path: Path, finished: bool) -> tuple[Path, dict[str, str]]:
     """A folder holding a `steps` package: untouched skeletons, or every step
     finished (the solutions, importing each other as steps.step_NN); and an
-    environment whose PYTHONPATH is the repository alone, so a child run with
+    environment whose PYTHONPATH is the repository first, so a child run with
     the folder as its current directory imports that `steps`."""
     import os
     import re
+
+    from conftest import pythonpath
 
     from checker.skeleton import ROOT, make_skeleton, solutions, step_id
 
@@ -80,7 +82,7 @@ def learner_tree(tmp_path: Path, finished: bool) -> tuple[Path, dict[str, str]]:
         else:
             text = make_skeleton(text, step_id(solution))
         (steps / f"step_{step_id(solution)}.py").write_text(text)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=pythonpath(ROOT))
     return steps.parent, env
 
 

@@ -120,6 +120,13 @@ def step(request) -> str:
     return request.param
 
 
+def pythonpath(*first: str | Path) -> str:
+    """A child's PYTHONPATH: ``first``, then this process's own entries (where the packages
+    come from when they are not installed in the interpreter, as on a machine running the suite
+    from an unpacked folder of them: the GPU kit)."""
+    return os.pathsep.join([*map(str, first), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
+
 def run_python(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run this interpreter in a child process from the repository root
     (in ``env`` when given, else in this process's environment).

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from checkpoints import TINY as SIZES
 from checkpoints import write_checkpoint
-from conftest import run_python
+from conftest import pythonpath, run_python
 
 from checker import oracle
 from checker.oracle_attention import attention_probs
@@ -145,7 +145,7 @@ def test_impl_steps_draws_the_learners_attention(folder, tmp_path):
         [sys.executable, "-m", "model.attention_map", "--impl", "steps", "--model", str(folder), "--layer", "1",
          "--head", "0", "--out", str(out), "Hello world, again"],
         cwd=steps.parent, capture_output=True, text=True, timeout=900,
-        env=dict(os.environ, PYTHONPATH=f"{steps.parent}{os.pathsep}{ROOT}"))
+        env=dict(os.environ, PYTHONPATH=pythonpath(steps.parent, ROOT)))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str(out) and png_size(out) == (640, 640)
     assert "note:" not in done.stderr  # no step fell back to solutions/

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import pythonpath
 
 from bench import compiles
 
@@ -44,7 +45,7 @@ def test_a_load_that_compiles_is_logged_once_and_errors_pass_through(tmp_path):
 
 
 def test_every_process_started_with_the_hooks_has_max_s_session_patched(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(compiles.HOOKS), GPT2_MAX_COMPILE_LOG=str(tmp_path / "log.jsonl"))
+    env = dict(os.environ, PYTHONPATH=pythonpath(compiles.HOOKS), GPT2_MAX_COMPILE_LOG=str(tmp_path / "log.jsonl"))
     code = "from max.engine.api import InferenceSession as S; print(S.compile.__qualname__, S.load.__qualname__)"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.stdout.split() == ["_wrap.<locals>.timed"] * 2, done.stderr[-2000:]

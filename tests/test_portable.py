@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from checkpoints import demo_reference
+from conftest import pythonpath
 
 from checker.skeleton import ROOT
 from model import portable
@@ -68,7 +69,7 @@ def test_a_first_run_with_empty_caches_uses_the_shipped_graph(tmp_path):
     if why:
         pytest.skip(f"the shipped graph cannot run here: {why}")
     env = {k: v for k, v in os.environ.items() if k not in ("GPT2_MAX_CACHE", "MODULAR_CACHE_DIR")}
-    env.update(XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=str(ROOT))
+    env.update(XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=pythonpath(ROOT))
     ref = demo_reference()
     for run in range(2):
         done = subprocess.run([sys.executable, "-m", "model", "--model", "demo", "--temperature", "0",

@@ -12,6 +12,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from conftest import pythonpath
+
 from checker import registry
 from checker.skeleton import ROOT
 
@@ -109,7 +111,7 @@ def test_a_new_step_is_a_solution_a_checks_module_and_one_row(tmp_path):
     row = '    Step("16", "rotary causal attention", bonus=True),\n'
     assert row in table.read_text()
     table.write_text(table.read_text().replace(row, row + '    Step("17", "doubling a number", bonus=True),\n'))
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(tree)}
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, *args], cwd=tree, env=env, capture_output=True, text=True, timeout=300)

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+from conftest import pythonpath
+
 from checker.skeleton import ROOT, SOLUTIONS
 
 
@@ -23,7 +25,7 @@ def test_a_copied_solution_is_named_with_the_line_to_change(tmp_path):
         shutil.copy(solution, steps / solution.name.replace("solution_", "step_"))
     # Importing the package is what the checker, test-all and --impl steps do first.
     done = subprocess.run([sys.executable, "-c", "import steps"], cwd=tmp_path, capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}"))
+                          text=True, env=dict(os.environ, PYTHONPATH=pythonpath(tmp_path, ROOT)))
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     text = (SOLUTIONS / "solution_10.py").read_text().splitlines()
