@@ -4,8 +4,10 @@ has every task, and every task's command runs in the pip environment (tasks.py).
 from __future__ import annotations
 
 import subprocess
+import sys
 import tomllib
 
+import pytest
 from conftest import run_python
 
 from checker import registry
@@ -56,6 +58,7 @@ def test_tasks_py_rejects_unknown_task():
     assert done.returncode == 2 and "no task 'nope'" in done.stderr
 
 
+@pytest.mark.skipif(sys.version_info[:2] != (3, 13), reason="tasks.py runs its tasks under Python 3.13 only")
 def test_step_tasks_run_through_tasks_py():
     # s01 checks steps/step_01.py: it either passes (a learner finished it) or
     # fails with the checker's report; both mean the command ran.
@@ -64,6 +67,7 @@ def test_step_tasks_run_through_tasks_py():
     assert "Step 01:" in done.stdout and "checks passed" in done.stdout
 
 
+@pytest.mark.skipif(sys.version_info[:2] != (3, 13), reason="tasks.py runs its tasks under Python 3.13 only")
 def test_other_tasks_run_through_tasks_py():
     assert tasks_py("skeletons", "--check").returncode == 0
     warm = tasks_py("warm", "--check")  # asks MAX whether it is warm; compiles nothing
