@@ -54,9 +54,9 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
                   *generate],
         # The tests written for a GPU, then the device choice's: first those that say where bfloat16 goes
         # wrong (small graphs, then the demo's positions), then the rest.
-        "tests": [[*gpus_in_sight, python, "-m", "pytest", "-ra", "-s",
+        "tests": [[*gpus_in_sight, python, "-m", "pytest", "-s",
                    *(f"tests/test_gpu.py::{test}" for test in FIRST_TESTS)],
-                  [*gpus_in_sight, python, "-m", "pytest", "-ra", "-s", "tests/test_gpu.py", "tests/test_device.py",
+                  [*gpus_in_sight, *task_argv("test-gpu", python), "-s",
                    "-k", " and ".join(["not serve", *(f"not {test}" for test in FIRST_TESTS)])]],
         # bfloat16 and float32 logits and greedy text against Hugging Face at the same precision on the same card:
         # first each graph compiled in this process (bfloat16 before any float32 graph ran), then each loaded
@@ -87,8 +87,8 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         "show": [[python, "-m", "checker.show", "07", "--file", "solutions/solution_07.py"],
                  [python, "-m", "model.attention_map", PROMPT, "--model", "demo", "--device", device,
                   "--out", str(logs / "attention.png")]],
-        # The machine's CPU (AVX-512 with VNNI on the GPU machines so far): the demo's shipped graph (avx2 kernels)
-        # against the CPU's own (avx512-vnni), what a first run gives up there.
+        # The machine's CPU: the demo's shipped graph (avx2 kernels) against the CPU's own, what a first run
+        # gives up on a CPU whose own kernel path is another (docs/gpu.md).
         "portable": [[python, "-m", "bench.portable", "--rounds", "5", "--json", str(logs / "portable.json")]],
         # The suite as CI runs it (a worker per core, as memory allows), on the CPU (tests/conftest.py hides
         # the GPUs; the GPU's own tests run alone on the card in "tests" and "serve"): on a machine with empty

@@ -51,7 +51,7 @@ def version(package: str) -> str:
 
 
 def gpus() -> str:
-    """The accelerators MAX sees, by architecture, and any variable set that hides some."""
+    """The accelerators MAX sees, by architecture, and the GPU-visibility variables that are set."""
     from model.device import GPU_VISIBILITY, accelerator_count
 
     count = accelerator_count()

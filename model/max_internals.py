@@ -133,16 +133,16 @@ def tensor_value(tensor):
 # A Mojo module that mojo's importer compiles into the installed package on first import, for
 # the CPU at hand; tests/avx2_under_qemu.py stubs it under emulation (nothing it runs calls it).
 KV_CACHE_OPS = "max._kv_cache_ops"
+FUSED_OUTPUT_TENSOR = "_FusedOutputTensor"  # from Mojo's ``extensibility`` package
 
 
 def build_kv_cache_ops() -> None:
-    """Import KV_CACHE_OPS in this one process, compiling it if this install has not yet (~14 s).
+    """Import KV_CACHE_OPS in this one process, compiling it if this install has not yet (seconds).
     mojo's importer writes the library under its final name as it compiles it, so a process that
     imports it meanwhile reads a half-written file ("... .so: file too short") or has it deleted
     under it. Called before starting processes that import MAX side by side on what may be a
     fresh install: the test workers (tests/conftest.py), the targets check's compiles."""
     from max import _kv_cache_ops  # noqa: F401  (KV_CACHE_OPS: the import is what builds it)
-FUSED_OUTPUT_TENSOR = "_FusedOutputTensor"  # from Mojo's ``extensibility`` package
 
 
 # --- MAX's error text, read for the checker's hints ----------------------------------------------

@@ -11,11 +11,9 @@ import pytest
 
 from model.device import hide_gpus
 
-# The suite tests what CI tests, the CPU, on every machine: on a machine with a GPU, MAX would
-# otherwise put the tests' eager tensors on the GPU in bfloat16, `--device auto` would take
-# it, and the shipped CPU eager kernels would go unused. Hidden before MAX first looks for a
-# device, from this process and every one it starts. The GPU's own tests (tests/test_gpu.py)
-# run with the GPUs in sight: `pixi run test-gpu` sets TEST_GPUS to 1.
+# The suite tests the CPU on every machine: the GPUs are hidden before MAX first looks for a
+# device, from this process and every one it starts (why: docs/contributing.md). The GPU's own
+# tests (tests/test_gpu.py) run with them in sight: `pixi run test-gpu` sets TEST_GPUS to 1.
 TEST_GPUS = "GPT2_MAX_TEST_GPUS"
 if os.environ.get(TEST_GPUS) != "1":
     hide_gpus()
@@ -30,9 +28,8 @@ from model.max_internals import build_kv_cache_ops, executor_without_background_
 
 SOLUTIONS = ROOT / "solutions"
 
-# MAX compiles a Mojo module of its own on its first import after an install, writing it in place:
-# pytest-xdist's workers importing it side by side on a fresh install failed reading it half
-# written. Built here first, in the one process that starts the workers.
+# MAX's Mojo module, built here first, in the one process that starts the workers: side by side
+# on a fresh install they read it half written (model/max_internals.py's build_kv_cache_ops).
 if "PYTEST_XDIST_WORKER" not in os.environ:
     build_kv_cache_ops()
 

@@ -620,15 +620,16 @@ def test_a_mojo_program_is_built_once_per_source(tmp_path, monkeypatch):
 def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(tmp_path, monkeypatch, capsys):
     """bench.portable: the shipped graph against this CPU's own, alternated; a run that
     used the other graph, or tokens that differ, fail it (the real runs: the bench itself)."""
+    import subprocess
+
     from bench import portable
 
-    calls = []
+    real_run_app, calls = portable.run_app, []
 
     def run_app(graph, new_tokens, folder):
         calls.append(graph)
         rate = {"shipped": 100.0, "own": 150.0}[graph] + len(calls)
-        return {"decode_tokens_per_s": rate, "prefill_ms": 10.0, "compile_s": 0.0, "tokens": [1, 2, 3],
-                "shipped": graph == "shipped"}
+        return {"decode_tokens_per_s": rate, "prefill_ms": 10.0, "compile_s": 0.0, "tokens": [1, 2, 3]}
 
     monkeypatch.setattr(portable, "run_app", run_app)
     monkeypatch.setattr(portable.portable, "cannot_run", lambda made_with: "")
@@ -638,6 +639,27 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
     out = capsys.readouterr().out
     assert "own / shipped decode: 1.4" in out and "the same tokens: yes" in out
     assert json.loads((tmp_path / "p.json").read_text())["medians"]["own"]["decode_tokens_per_s"] == 155.0
-    monkeypatch.setattr(portable, "run_app", lambda graph, n, folder: {**run_app(graph, n, folder), "shipped": True})
-    with pytest.raises(SystemExit, match="did not use the graph"):
-        portable.main(["--rounds", "1"])
+    monkeypatch.setattr(portable, "run_app",
+                        lambda graph, n, folder: {**run_app(graph, n, folder), "tokens": [len(calls)]})
+    assert portable.main(["--rounds", "1"]) == 1 and "the same tokens: NO" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        portable.main(["--rounds", "0"])
+
+    # run_app reads the app's stderr: "not using the shipped ..." is not using it
+    line = '{"tokens": [1], "decode_tokens_per_s": 1.0, "prefill_ms": 1.0, "compile_s": 0.0}'
+    said = {}
+
+    def app(command, **kwargs):
+        said["env"] = kwargs["env"]
+        return subprocess.CompletedProcess(command, 0, stdout=line + "\n", stderr=said["stderr"])
+
+    monkeypatch.setattr(portable.subprocess, "run", app)
+    said["stderr"] = f"{portable.portable.USING} (x86-64-v3: any CPU with AVX2 and FMA)\n"
+    assert real_run_app("shipped", 4, tmp_path)["tokens"] == [1]
+    assert all(said["env"][name] == "" for name in portable.GPU_VISIBILITY)  # the CPU's bench, on a GPU machine too
+    with pytest.raises(SystemExit, match="used the shipped graph"):
+        real_run_app("own", 4, tmp_path)
+    said["stderr"] = f"not {portable.portable.USING}: GPT2_MAX_SAVED_GRAPHS=0\n"
+    with pytest.raises(SystemExit, match="used another"):
+        real_run_app("shipped", 4, tmp_path)
+    assert real_run_app("own", 4, tmp_path)["tokens"] == [1]

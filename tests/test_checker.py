@@ -157,12 +157,14 @@ print("hidden:", [os.environ.get(name) for name in {names!r}])
 """
     from model.device import GPU_VISIBILITY
 
+    # (the suite's own processes have them hidden already: each child starts with a GPU named)
+    env = {k: v for k, v in os.environ.items() if k not in GPU_VISIBILITY}
     for module, argv in (("checker", ["checker", "01", "--solution", "--no-color"]), ("checker.show", ["show", "99"])):
-        done = run_python("-c", probe.format(argv=argv, module=module, names=GPU_VISIBILITY), timeout=300)
+        done = run_python("-c", probe.format(argv=argv, module=module, names=GPU_VISIBILITY), timeout=300,
+                          env=dict(env, CUDA_VISIBLE_DEVICES="0"))
         last = done.stdout.strip().splitlines()[-1]
         assert last.startswith(f"hidden: {[''] * len(GPU_VISIBILITY)}"), (module, done.stdout, done.stderr[-2000:])
     # GPT2_MAX_CHECKER_GPUS=1: left as the user set them
-    env = {k: v for k, v in os.environ.items() if k not in GPU_VISIBILITY}
     done = run_python("-c", probe.format(argv=["show", "99"], module="checker.show", names=GPU_VISIBILITY),
                       timeout=300, env=dict(env, GPT2_MAX_CHECKER_GPUS="1", CUDA_VISIBLE_DEVICES="0"))
     assert done.stdout.strip().splitlines()[-1] == "hidden: ['0', None, None]", done.stdout

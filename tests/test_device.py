@@ -49,7 +49,7 @@ def test_unknown_values(device, dtype):
 
 
 def test_this_machine():
-    # What MAX reports here decides `auto`; these CI machines have no GPU.
+    # What MAX reports here decides `auto` (in the suite, none: tests/conftest.py hides the GPUs).
     count = accelerator_count()
     assert choose("auto", "auto").kind == ("gpu" if count else "cpu")
 

@@ -129,8 +129,6 @@ def test_the_first_install_prints_a_few_lines_not_pip_s_stream(tmp_path, monkeyp
 
 def test_a_task_s_env_table_reaches_its_command(monkeypatch):
     # `test-gpu` shows the GPUs to the GPU's tests, which the suite hides (tests/conftest.py).
-    import subprocess
-
     from conftest import TEST_GPUS
 
     import tasks

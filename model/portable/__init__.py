@@ -57,6 +57,7 @@ FEATURES = ("sse4_2", "popcnt", "ssse3", "cx16", "lahf_lm", "avx", "avx2", "bmi1
             "movbe", "xsave")
 TARGET_PATH = "avx2"  # the kernel path isa.mojo's auto takes for this target (model/cpu.py)
 USE = "GPT2_MAX_PORTABLE_GRAPH"  # "0": never use the shipped graph
+USING = "using the shipped compiled graph"  # how a line of the app's stderr starts when it does
 BACKGROUND = "GPT2_MAX_BACKGROUND_COMPILE"  # "0": no background compile of this CPU's own graph
 MODEL = "demo"
 
@@ -129,16 +130,16 @@ def saved_name(options, config, trace) -> str | None:
         return None  # (a process compiling for another CPU, as the targets check and make do, compiles)
     why = unusable_here(facts)
     if why:
-        say(f"not using the shipped compiled graph: {why}")
+        say(f"not {USING}: {why}")
         return None
     name = saved_graphs.graph_name(options, config, cpu_description=f"shipped {facts['level']} {facts['graph']}")
     if not saved_graphs.is_saved(name):
         if facts["sources"] != saved_graphs.sources_digest(options.impl) and facts["graph"] != graph_digest(trace()):
-            say("not using the shipped compiled graph: this code traces another graph (python -m model.portable "
+            say(f"not {USING}: this code traces another graph (python -m model.portable "
                 "make writes a new one)")
             return None
         unpack(facts, caches.folder("graphs") / name)
-    say(f"using the shipped compiled graph ({facts['level']}: any CPU with AVX2 and FMA)")
+    say(f"{USING} ({facts['level']}: any CPU with AVX2 and FMA)")
     if cpu.native_path(cpu.flags()) != TARGET_PATH:
         compile_own_in_background(options)
     return name
