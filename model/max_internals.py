@@ -13,7 +13,10 @@ output the graph compiler may fuse with the op that follows).
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from typing import Any
 
 # --- The eager interpreter's compile events (the checker's compile notices) -------------------
@@ -137,12 +140,15 @@ FUSED_OUTPUT_TENSOR = "_FusedOutputTensor"  # from Mojo's ``extensibility`` pack
 
 
 def build_kv_cache_ops() -> None:
-    """Import KV_CACHE_OPS in this one process, compiling it if this install has not yet (seconds).
-    mojo's importer writes the library under its final name as it compiles it, so a process that
-    imports it meanwhile reads a half-written file ("... .so: file too short") or has it deleted
-    under it. Called before starting processes that import MAX side by side on what may be a
-    fresh install: the test workers (tests/conftest.py), the targets check's compiles."""
-    from max import _kv_cache_ops  # noqa: F401  (KV_CACHE_OPS: the import is what builds it)
+    """Build KV_CACHE_OPS if this install has not yet, in a child process (seconds; under a second
+    once built). mojo's importer writes the library under its final name as it compiles it, so a
+    process that imports it meanwhile reads a half-written file ("... .so: file too short") or has
+    it deleted under it. Called before starting processes that import MAX side by side on what may
+    be a fresh install: the test workers (tests/conftest.py), the targets check's compiles. In a
+    child, because loading it sets PYTHONEXECUTABLE in the process's C-level environment (to the
+    ``python3`` on PATH), which the processes this one starts would inherit as their
+    ``sys.executable``."""
+    subprocess.run([sys.executable, "-c", f"import {KV_CACHE_OPS}"], env=dict(os.environ), check=True)
 
 
 # --- MAX's error text, read for the checker's hints ----------------------------------------------

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -81,8 +83,14 @@ def test_the_mojo_names():
     # importing it side by side on a fresh install race: build_kv_cache_ops first, in one process.
     importer = inspect.getsource(importlib.import_module("mojo.importer"))
     assert "_compile_mojo_to_so(root_mojo_path, expected_cache_file)" in importer, "it may build safely now"
+    # Built in a child: loading it here would set PYTHONEXECUTABLE for every process this one starts
+    # (the test workers' sys.executable became the `python3` on PATH).
+    probe = f"import {mi.KV_CACHE_OPS}, subprocess; subprocess.run(['sh', '-c', 'echo $PYTHONEXECUTABLE'])"
+    polluted = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=dict(os.environ))
+    assert polluted.stdout.strip(), "loading it no longer sets PYTHONEXECUTABLE: build_kv_cache_ops may import it"
+    before = set(sys.modules)
     mi.build_kv_cache_ops()
-    assert mi.KV_CACHE_OPS in sys.modules
+    assert mi.KV_CACHE_OPS not in set(sys.modules) - before
     # The kernels' import: a MAX without it fails tests/test_fast_linear.py's compile, naming it.
     for kernel in ("matmul.mojo", "q4_0.mojo"):
         text = (ROOT / "model" / "kernels" / kernel).read_text()
