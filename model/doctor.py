@@ -56,15 +56,16 @@ def gpus() -> str:
 
     count = accelerator_count()
     hiding = [f"{name}={os.environ[name]!r}" for name in GPU_VISIBILITY if name in os.environ]
+    hiding = f" ({', '.join(hiding)})" if hiding else ""
     if count == 0:
-        return "none that MAX sees" + (f" ({', '.join(hiding)})" if hiding else "")
+        return "none that MAX sees" + hiding
     try:
         from max.driver import Accelerator
 
         names = [f"{Accelerator(i).api} {Accelerator(i).architecture_name}" for i in range(count)]
     except Exception as exc:  # counted but not opened: say so rather than fail the report
         names = [f"(could not open: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"]
-    return f"{count}: " + ", ".join(names) + (f" ({', '.join(hiding)})" if hiding else "")
+    return f"{count}: " + ", ".join(names) + hiding
 
 
 def lines() -> list[tuple[str, str]]:

@@ -28,11 +28,6 @@ from model.max_internals import build_kv_cache_ops, executor_without_background_
 
 SOLUTIONS = ROOT / "solutions"
 
-# MAX's Mojo module, built here first, in the one process that starts the workers: side by side
-# on a fresh install they read it half written (model/max_internals.py's build_kv_cache_ops).
-if "PYTEST_XDIST_WORKER" not in os.environ:
-    build_kv_cache_ops()
-
 # MAX's eager kernels shipped for x86-64-v3 CPUs, named for this process and every one it
 # starts: where they serve, no test compiles an eager kernel, and CI needs no `warm` step.
 eager_kernels.use()
@@ -51,6 +46,14 @@ set_default_executor(executor_without_background_compiles())
 # that compile the most go first, so that the longest of them does not start last and run alone.
 SLOWEST_FIRST = ("test_targets.py", "test_serve_targets.py", "test_serve.py", "test_quantize.py", "test_fast_linear.py")
 GIB_PER_WORKER = 2.5  # a graph's compile peaks below 2 GB
+
+
+def pytest_configure(config):
+    """MAX's Mojo module built first by the process that is about to start pytest-xdist's workers:
+    side by side on a fresh install they read it half written (model/max_internals.py's
+    build_kv_cache_ops). A run in one process imports it alone and builds nothing here."""
+    if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+        build_kv_cache_ops()
 
 
 def pytest_collection_modifyitems(session, config, items):
