@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -186,6 +187,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"serve: starting MAX's server for {args.model} on http://{args.host}:{args.port}/v1 "
           "(the first start compiles the graph: minutes on a small CPU; later starts reuse it)", flush=True)
+    # MAX's processes talk over ZMQ sockets bound as files in the temporary
+    # folder (max/serve/worker_interface/_zmq_queue.py), which it leaves there
+    # when it stops: a folder of the launcher's own, removed once the server's
+    # processes are gone, keeps them out of the system's.
+    with tempfile.TemporaryDirectory(prefix="gpt2-serve-", ignore_cleanup_errors=True) as scratch:
+        return run_server(command, dict(env, TMPDIR=scratch))
+
+
+def run_server(command: list[str], env: dict[str, str]) -> int:
+    """``max serve`` run to its end, Ctrl-C and SIGTERM forwarded to it; then
+    what is left of its process group ended. Its exit status."""
     # Its own session and process group: a terminal's Ctrl-C reaches this
     # process only, which forwards it.
     process = subprocess.Popen(command, env=env, start_new_session=True)

@@ -23,6 +23,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -112,8 +113,13 @@ def test_sigterm_under_load_drains_the_requests_in_flight(tmp_path):
     worker, resource tracker) is left, nor any in max serve's process group.
     Before serve/__main__.py sent SIGTERM to max serve alone, the signal also
     reached the model worker, which died at once: every stream stopped after
-    its first chunk or two, without [DONE], and the launcher exited 1."""
-    server = Server(tmp_path / "server.log")
+    its first chunk or two, without [DONE], and the launcher exited 1.
+    Nothing is left in the temporary folder either: MAX's processes bind
+    their ZMQ sockets there as files and left five behind at each stop."""
+    # Short: MAX binds its sockets in /tmp when the temporary folder's path
+    # would make theirs too long for a socket's address (108 bytes).
+    scratch = Path(tempfile.mkdtemp(prefix="serve-", dir="/tmp"))
+    server = Server(tmp_path / "server.log", env=dict(os.environ, TMPDIR=str(scratch)))
     try:
         server.wait_ready()
         firsts = [threading.Event() for _ in range(STREAMS)]
@@ -152,8 +158,10 @@ def test_sigterm_under_load_drains_the_requests_in_flight(tmp_path):
         gone = time.monotonic() - start
         left = [pid for pid in tree if alive(pid)] + [p for g in groups for p in pids_of_group(g) if alive(p)]
         log = server.log.read_text(errors="replace")
+        leftovers = sorted(scratch.rglob("*"))
     finally:
         server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
 
     ends = [r["ended"] - start for r in results]
     refused = [t for t, outcome, open_streams in probes if outcome == "refused"]
@@ -170,6 +178,7 @@ def test_sigterm_under_load_drains_the_requests_in_flight(tmp_path):
     assert draining, f"no connection refused while the streams drained: {probes[:10]}"
     assert code == 128 + signal.SIGTERM, f"launcher exit {code} (max serve ends a SIGTERM with 143)"
     assert not left, f"left {gone:.0f} s after SIGTERM: {left}"
+    assert not leftovers, f"left in the temporary folder: {leftovers}"
 
 
 # Two replicas behind HAProxy, run by hand.
