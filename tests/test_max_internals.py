@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from checker.skeleton import ROOT
+from conftest import pythonpath, run_python
 from model import max_internals as mi
 
 PRIVATE = re.compile(r"\bmax\._\w+|from max\.\S*\._\w+ import|import (_[a-z]\w*)|\._graph_value\b|__tensorvalue__"
@@ -88,9 +89,13 @@ def test_the_mojo_names():
     probe = f"import {mi.KV_CACHE_OPS}, subprocess; subprocess.run(['sh', '-c', 'echo $PYTHONEXECUTABLE'])"
     polluted = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=dict(os.environ))
     assert polluted.stdout.strip(), "loading it no longer sets PYTHONEXECUTABLE: build_kv_cache_ops may import it"
-    before = set(sys.modules)
-    mi.build_kv_cache_ops()
-    assert mi.KV_CACHE_OPS not in set(sys.modules) - before
+    # The build, in a process that has not loaded it: still not loaded there, nothing set for its children.
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONEXECUTABLE"}
+    after = ("import subprocess, sys; from model import max_internals as mi; mi.build_kv_cache_ops(); "
+             "print(mi.KV_CACHE_OPS in sys.modules, flush=True); subprocess.run(['sh', '-c', 'echo $PYTHONEXECUTABLE'])")
+    built = run_python("-c", after, env=dict(clean, PYTHONPATH=pythonpath(ROOT)))
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert built.stdout.split("\n")[:2] == ["False", ""], f"build_kv_cache_ops loaded it here: {built.stdout!r}"
     # The kernels' import: a MAX without it fails tests/test_fast_linear.py's compile, naming it.
     for kernel in ("matmul.mojo", "q4_0.mojo"):
         text = (ROOT / "model" / "kernels" / kernel).read_text()
