@@ -12,9 +12,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import pythonpath, run_python
 
 from checker.skeleton import ROOT
-from conftest import pythonpath, run_python
 from model import max_internals as mi
 
 PRIVATE = re.compile(r"\bmax\._\w+|from max\.\S*\._\w+ import|import (_[a-z]\w*)|\._graph_value\b|__tensorvalue__"
@@ -92,7 +92,8 @@ def test_the_mojo_names():
     # The build, in a process that has not loaded it: still not loaded there, nothing set for its children.
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONEXECUTABLE"}
     after = ("import subprocess, sys; from model import max_internals as mi; mi.build_kv_cache_ops(); "
-             "print(mi.KV_CACHE_OPS in sys.modules, flush=True); subprocess.run(['sh', '-c', 'echo $PYTHONEXECUTABLE'])")
+             "print(mi.KV_CACHE_OPS in sys.modules, flush=True); "
+             "subprocess.run(['sh', '-c', 'echo $PYTHONEXECUTABLE'])")
     built = run_python("-c", after, env=dict(clean, PYTHONPATH=pythonpath(ROOT)))
     assert built.returncode == 0, built.stderr[-2000:]
     assert built.stdout.split("\n")[:2] == ["False", ""], f"build_kv_cache_ops loaded it here: {built.stdout!r}"
