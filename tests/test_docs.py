@@ -5,6 +5,7 @@ them), and the README stays a page a newcomer reads in ten minutes."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shlex
@@ -55,6 +56,34 @@ def test_every_relative_link_resolves(page):
         if anchor and target.suffix == ".md" and anchor not in anchors(target):
             broken.append(f"{link}: no heading makes #{anchor}")
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+# A checker's report quoted in the docs: "step_NN.py:LINE in FUNC: `CODE`".
+QUOTED_FRAME = re.compile(r"(step_\d\d)\.py:(\d+) in (\w+): `([^`]+)`")
+
+
+def functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    return {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+
+
+def test_quoted_reports_point_at_the_skeletons_lines():
+    """A report the docs quote names the line of steps/step_NN.py it came from: the skeleton's
+    TODO itself, or, for a learner's code, the TODO line that code replaces. A skeleton edited
+    since moves its lines, and the quoted report would point at another one."""
+    quoted = [(page, m) for page in PAGES for m in QUOTED_FRAME.finditer(page.read_text())]
+    assert quoted, "no quoted report found: the pattern no longer matches the docs"
+    wrong = []
+    for page, m in quoted:
+        name, line, function, code = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+        source = (ROOT / "steps" / f"{name}.py").read_text()
+        defined = functions(ast.parse(source)).get(function)
+        text = source.splitlines()[line - 1].strip() if line <= len(source.splitlines()) else ""
+        todo = text.startswith("raise NotImplementedError") and "TODO" in text
+        if defined is None or not defined.lineno <= line <= defined.end_lineno:
+            wrong.append(f"{page.name}: {name}.py:{line} is not in {function}")
+        elif not (text == code or (todo and not code.startswith("raise NotImplementedError"))):
+            wrong.append(f"{page.name}: {name}.py:{line} reads {text!r}, not {code!r} or a TODO line")
+    assert not wrong, "; ".join(wrong)
 
 
 def test_readme_is_short():

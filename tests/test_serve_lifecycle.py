@@ -1,7 +1,7 @@
 """`python -m serve` stopped under load, and two of them behind HAProxy.
 
-    python3.13 -m pytest tests/test_serve_lifecycle.py                          # SIGTERM drains (CI)
-    GPT2_MAX_REPLICAS=1 python3.13 -m pytest tests/test_serve_lifecycle.py -s   # + two replicas, one killed
+    .venv/bin/python -m pytest tests/test_serve_lifecycle.py                          # SIGTERM drains (CI)
+    GPT2_MAX_REPLICAS=1 .venv/bin/python -m pytest tests/test_serve_lifecycle.py -s   # + two replicas, one killed
 
 SIGTERM to the launcher while streams are in flight: every stream ends with
 all its tokens and [DONE], new connections are refused meanwhile, and every
@@ -248,7 +248,7 @@ def haproxy_stats(port: int) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.skipif(not REPLICAS, reason="two servers and HAProxy for a minute, by hand: "
-                    "GPT2_MAX_REPLICAS=1 python3.13 -m pytest tests/test_serve_lifecycle.py -s (docs/serving.md)")
+                    "GPT2_MAX_REPLICAS=1 .venv/bin/python -m pytest tests/test_serve_lifecycle.py -s (docs/serving.md)")
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="no haproxy on PATH (Debian: apt-get install haproxy)")
 def test_two_replicas_behind_haproxy_one_killed_under_load(tmp_path):
     """Two demo servers behind HAProxy; 16 clients send 16-token completions

@@ -1,6 +1,6 @@
 """The server under load, for minutes: run by hand, not in CI.
 
-    GPT2_MAX_SOAK=300 python3.13 -m pytest tests/test_soak.py -s     # 64 clients for 5 minutes
+    GPT2_MAX_SOAK=300 .venv/bin/python -m pytest tests/test_soak.py -s     # 64 clients for 5 minutes
 
 64 clients on 127.0.0.1 send completions for GPT2_MAX_SOAK seconds, one after
 another each. Every 8th request of a client is one the server must refuse
