@@ -111,3 +111,27 @@ def test_a_background_compile_of_this_cpus_own_graph(tmp_path, monkeypatch):
                 m.setenv(key, value)
             portable.compile_own_in_background(options)
         assert len(started) == 1, env
+
+
+def test_other_mojo_kernels_make_the_shipped_graph_stale(tmp_path, monkeypatch, capsys):
+    """The Mojo kernels are compiled into the shipped graph, while its traced body names only their ops:
+    kernels other than the ones it was made with make `check` fail and the app compile (saying why),
+    whatever the trace."""
+    from model.portable import __main__ as make_and_check
+
+    facts = portable.shipped_facts()
+    assert facts["kernels"] == portable.kernels_digest(), "made with other kernels: python -m model.portable make"
+    for module in (portable, make_and_check):
+        monkeypatch.setattr(module, "kernels_digest", lambda: "0" * 16)
+    assert make_and_check.check() == 1 and "the Mojo kernels" in capsys.readouterr().out
+    why = portable.unusable_here(facts)
+    if why:
+        pytest.skip(f"the shipped graph cannot run here: {why}")
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))  # nothing unpacked before
+    monkeypatch.setattr(portable.saved_graphs, "sources_digest", lambda impl: "edited")
+
+    def trace():
+        raise AssertionError("traced, though the kernels alone refuse it")
+
+    assert portable.saved_name(BuildOptions(device="cpu"), demo_config(), trace) is None
+    assert "Mojo kernels are not the ones it was compiled with" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """The demo's compiled graph, shipped with the project: the first run on a new machine in seconds.
 
     python -m model.portable make     # compile it for x86-64-v3 from a clean cache, write weights/demo/graph/
-    python -m model.portable check    # does the shipped graph still match what this code traces?
+    python -m model.portable check    # does the shipped graph still match what this code traces, and its kernels?
 
 (Those commands: model/portable/__main__.py. This file is what the build asks.)
 
@@ -12,15 +12,17 @@ CPU with those features, and the kernels take their avx2 path there. The
 project ships that one graph, the demo's at its default build (float32 on the
 CPU, this project's Linear op), gzipped in weights/demo/graph/ with what it was
 made from (``facts.json``): MAX's version, the target, a digest of the traced
-graph's body, and a digest of the source files.
+graph's body, a digest of the Mojo kernels compiled into it, and a digest of
+the source files.
 
 ``load_gpt2`` asks ``saved_name`` before compiling. The shipped graph is used
 when the build is that one, MAX's version is the one it was made with, and
 this CPU has every feature of the target (read from /proc/cpuinfo before
 anything is loaded: a graph with instructions the CPU lacks would die with
 SIGILL). When the source files are the ones it was made from, it is used as
-it is; when they differ, the model is traced (a few seconds, nothing
-compiled) and the graph's body compared. Otherwise the app compiles as
+it is; when they differ, the Mojo kernels must be the ones it was compiled
+with, and the model is traced (a few seconds, nothing compiled) and the
+graph's body compared. Otherwise the app compiles as
 before, and says why. A used graph is unpacked into the saved graphs
 (model/saved_graphs.py), so later starts load it as they load any saved one.
 
@@ -132,17 +134,30 @@ def saved_name(options, config, trace) -> str | None:
     if why:
         say(f"not {USING}: {why}")
         return None
-    name = saved_graphs.graph_name(options, config, cpu_description=f"shipped {facts['level']} {facts['graph']}")
+    shipped = f"shipped {facts['level']} {facts['graph']} {facts.get('kernels')}"
+    name = saved_graphs.graph_name(options, config, cpu_description=shipped)
     if not saved_graphs.is_saved(name):
-        if facts["sources"] != saved_graphs.sources_digest(options.impl) and facts["graph"] != graph_digest(trace()):
-            say(f"not {USING}: this code traces another graph (python -m model.portable "
-                "make writes a new one)")
-            return None
+        if facts["sources"] != saved_graphs.sources_digest(options.impl):
+            changed = ("this code's Mojo kernels are not the ones it was compiled with"
+                       if facts.get("kernels") != kernels_digest() else
+                       "this code traces another graph" if facts["graph"] != graph_digest(trace()) else "")
+            if changed:
+                say(f"not {USING}: {changed} (python -m model.portable make writes a new one)")
+                return None
         unpack(facts, caches.folder("graphs") / name)
     say(f"{USING} ({facts['level']}: any CPU with AVX2 and FMA)")
     if cpu.native_path(cpu.flags()) != TARGET_PATH:
         compile_own_in_background(options)
     return name
+
+
+def kernels_digest() -> str:
+    """A digest of this project's Mojo kernels (model/kernels): compiled into
+    the graph's code, while its traced body names only their ops."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "model" / "kernels").rglob("*.mojo")):
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def graph_digest(graph) -> str:

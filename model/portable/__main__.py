@@ -18,7 +18,17 @@ from pathlib import Path
 
 from model import caches, cpu, saved_graphs
 from model.max_internals import WARM_STORE
-from model.portable import LEVEL, MODEL, ROOT, SHIPPED, TARGET, config_facts, graph_digest, shipped_facts
+from model.portable import (
+    LEVEL,
+    MODEL,
+    ROOT,
+    SHIPPED,
+    TARGET,
+    config_facts,
+    graph_digest,
+    kernels_digest,
+    shipped_facts,
+)
 
 
 def empty_caches_env(folder: Path, **more: str) -> dict[str, str]:
@@ -67,7 +77,9 @@ def make(out: Path) -> int:
         before = {}
     # The same graph (its name holds the traced body's digest) compiles to other bytes each time:
     # the file already there is kept, so that git's history does not grow by one at each make.
-    same = before.get("file") == file and before.get("mef") == entry["key"] and (out / file).is_file()
+    kernels = kernels_digest()
+    same = (before.get("file") == file and before.get("mef") == entry["key"] and before.get("kernels") == kernels
+            and (out / file).is_file())
     if not same:
         for old in out.glob("*.mef.gz"):
             old.unlink()
@@ -75,7 +87,8 @@ def make(out: Path) -> int:
         with open(mef, "rb") as raw, gzip.GzipFile(out / file, "wb", mtime=0) as packed:
             shutil.copyfileobj(raw, packed)
         shutil.copy(saved / saved_graphs.MANIFEST, out / saved_graphs.MANIFEST)
-    facts = {"max": version, "level": LEVEL, "target": TARGET, "graph": digest, "config": config_facts(config),
+    facts = {"max": version, "level": LEVEL, "target": TARGET, "graph": digest, "kernels": kernels,
+             "config": config_facts(config),
              "sources": saved_graphs.sources_digest(options.impl), "file": file, "mef": entry["key"],
              "mef_bytes": before["mef_bytes"] if same else mef.stat().st_size,
              "build": json.loads((saved / saved_graphs.FACTS).read_text()),
@@ -122,6 +135,7 @@ def check() -> int:
     config = open_checkpoint(MODEL).config_as(config_class(options.impl))
     version, digest = importlib.metadata.version("max"), traced_digest(options, config)
     stale = [what for what, ok in (("MAX's version", facts["max"] == version), ("the graph", facts["graph"] == digest),
+                                   ("the Mojo kernels", facts.get("kernels") == kernels_digest()),
                                    ("the file", (SHIPPED / facts["file"]).is_file())) if not ok]
     if stale:
         print(f"the shipped graph is stale ({', '.join(stale)}): python -m model.portable make")
@@ -143,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     made = sub.add_parser("make", help=f"compile the demo's graph for {LEVEL} from empty caches, write it")
     made.add_argument("--out", type=Path, default=SHIPPED, help="where to write it (default: %(default)s)")
     made.add_argument("--here", action="store_true", help=argparse.SUPPRESS)  # the child, caches already empty
-    sub.add_parser("check", help="exit 1 when the shipped graph no longer matches what this code traces")
+    sub.add_parser("check", help="exit 1 when the shipped graph no longer matches what this code traces, "
+                   "or was made with other Mojo kernels")
     own = sub.add_parser("own")  # the background compile of this CPU's own graph (not listed)
     own.add_argument("options")
     args = p.parse_args(argv)
