@@ -65,8 +65,22 @@ def gelu(y: np.ndarray) -> np.ndarray:
     return 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y ** 3)))
 
 
+def op_parameters(kind: str, path: str = "auto", then_takes: frozenset[str] = frozenset()) -> dict | None:
+    """The compile-time parameters a ``few_rows_matmul_<kind>`` op is called
+    with: the kernel path, and q4_0's band; for an --against revision's op
+    (``kind`` ending in THEN) those of them it declares (``then_takes``)."""
+    from model import cpu as cpu_paths
+
+    parameters = {"isa": cpu_paths.PATHS[cpu_paths.kernel_path(path)]}
+    if kind.startswith("q4_0"):
+        parameters["band"] = cpu_paths.q4_0_band()
+    if kind.endswith(THEN):
+        parameters = {name: value for name, value in parameters.items() if name in then_takes}
+    return parameters or None
+
+
 def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None, libraries=None, chain: bool = False,
-          epilogue: bool = False, path: str = "auto"):
+          epilogue: bool = False, path: str = "auto", then_takes: frozenset[str] = frozenset()):
     """One graph of matmuls, each fed from the input (x, or the previous
     output scaled: ``chained``), every output returned so that none is
     dropped. ``kind``: "max" (``x @ W.T``) or the suffix of a
@@ -76,17 +90,16 @@ def graph(kind: str, rows: int, shapes, weights: list[np.ndarray] | None = None,
     product + a bias (one more input per matmul, after the weights), then
     gelu where the matmul widens 4x (c_fc), as in the model, where MAX fuses
     both into the matmul's op. ``path``: this tree's kernel path
-    (model/cpu.py); a --against revision's ops are called as they were."""
+    (model/cpu.py); a --against revision's ops are called as they were,
+    with those of this tree's parameters that they declare (``then_takes``:
+    ``takes``)."""
     from max.dtype import DType
     from max.graph import DeviceRef, Graph, TensorType, ops
 
-    from model import cpu as cpu_paths
     from model.layers.custom_op import kernel_library
     from model.quantize import Q8_0_TILE, padded_rows
 
-    parameters = None if kind.endswith(THEN) else {"isa": cpu_paths.PATHS[cpu_paths.kernel_path(path)]}
-    if parameters is not None and kind.startswith("q4_0"):
-        parameters["band"] = cpu_paths.q4_0_band()
+    parameters = op_parameters(kind, path, then_takes)
     cpu = DeviceRef.CPU()
     per = 2 if kind.startswith("q8_0") else 1
     if weights is None:
@@ -206,6 +219,16 @@ def has_op(rev: str, kind: str) -> bool:
                for text in wanted)
 
 
+def takes(rev: str) -> frozenset[str]:
+    """The compile-time parameters of this tree's ops (``isa``, q4_0's
+    ``band``) that model/kernels at ``rev`` declares: older revisions had none."""
+    from model.layers.custom_op import KERNELS
+
+    folder = KERNELS.relative_to(ROOT).as_posix()
+    return frozenset(name for name in ("isa", "band") if subprocess.run(
+        ["git", "grep", "-q", "-F", f", {name}: Int", rev, "--", folder], cwd=ROOT).returncode == 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16, 32], help="row counts (default: 1 4 8 16 32)")
@@ -259,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     weights = {"f32": (dense, f32_bytes), "max": (dense, f32_bytes), "q8_0": (q8_arrays, q8_bytes),
                "q4_0": (q4_arrays, q4_bytes), "q4_0_max": (q4_arrays, q4_bytes)}
     against = [k for k in ("f32", "q8_0", "q4_0") if not args.against or has_op(args.against, k)]
+    then_takes = takes(args.against) if args.against else frozenset()
     if args.against:
         weights.update({kind + THEN: weights[kind] for kind in against})
     q8_dense = [dequantize_q8_0(c, d) for c, d in q8]
@@ -276,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         models, inputs, diffs = {}, {}, {}
         for kind, (arrays, _) in weights.items():
             models[kind] = session.load(graph(kind, rows, shapes, libraries=libraries, chain=args.chain, path=args.path,
-                                              epilogue=args.epilogue))
+                                              epilogue=args.epilogue, then_takes=then_takes))
             # MAX buffers, made once: handed numpy arrays, every call converts
             # each of them again, which added milliseconds to the figures.
             inputs[kind] = [Buffer.from_numpy(a) for a in (x, *arrays, *(biases or []))]

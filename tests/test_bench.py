@@ -380,6 +380,26 @@ def test_serve_bench_never_sends_a_prompt_twice_in_a_round():
     assert not set(sent) & {text for texts in later.values() for text in texts}
 
 
+def test_kernels_against_gives_the_other_revisions_ops_the_parameters_they_declare():
+    # --against REV calls REV's ops with this tree's compile-time parameters that they declare: a
+    # revision since the kernel paths takes `isa` (q4_0 `band` too), an older one none. Called with
+    # none, an op that declares one fails to compile ("Failed to infer parameter `isa`").
+    import subprocess
+
+    from bench.kernels import THEN, op_parameters, takes
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("no git history here")
+    assert takes("HEAD") == {"isa", "band"}
+    first = subprocess.run(["git", "log", "--reverse", "--format=%H", "--", "model/kernels"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()[0]
+    assert takes(first) == frozenset()
+    assert set(op_parameters("q8_0")) == {"isa"} and set(op_parameters("q4_0")) == {"isa", "band"}
+    assert set(op_parameters("q8_0" + THEN, then_takes=takes("HEAD"))) == {"isa"}
+    assert set(op_parameters("q4_0" + THEN, then_takes=takes("HEAD"))) == {"isa", "band"}
+    assert op_parameters("q4_0" + THEN, then_takes=takes(first)) is None
+
+
 def test_kernels_against_renames_every_op_of_the_other_revision():
     # bench.kernels --against REV loads REV's model/kernels beside this
     # tree's: each of its ops and structs must get the THEN name that

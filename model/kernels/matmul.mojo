@@ -47,7 +47,7 @@ from std.memory import alloc, bitcast, stack_allocation
 from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
 
-from .isa import AVX512_VNNI, dot4_64, registers, resolved, signed_dot4_64, vector_bytes
+from .isa import AVX2, AVX512_VNNI, dot4_64, registers, resolved, signed_dot4_64, vector_bytes
 
 comptime F32 = DType.float32
 comptime Q = 32  # weights per Q8_0 block
@@ -173,13 +173,17 @@ comptime P = 2 * Q  # weights per step of the Q8_0 kernel: two blocks, one 512-b
 
 
 def q8_0_tile_rows(isa: Int, inputs: Int) -> Int:
-    """Weight rows per Q8_0 tile call (R) for 1 or 4 / 2 input rows (MB): the
-    R * MB accumulators of 16 float32 lanes must stay in registers. AVX-512
-    (32 registers of 16 lanes): 8 x 1 and 4 x 4; 16 registers of 8 lanes
-    (AVX2), where one accumulator takes two: 4 x 1 and 2 x 2."""
+    """Weight rows per Q8_0 tile call (R) for 1 or 4 / 2 input rows (MB).
+    AVX-512 (32 registers of 16 lanes): 8 x 1 and 4 x 4, the accumulators in
+    registers. AVX2 (16 registers of 8 lanes, one accumulator takes two):
+    8 x 1 all the same, the tile's 8 rows in one pass (4 rows a pass, two
+    passes over each tile, kept the accumulators in registers and read
+    slower), and 2 x 2. The portable path: 4 x 1 and 2 x 2."""
     if registers(isa) >= 32:
         return 8 if inputs == 1 else 4
-    return 4 if inputs == 1 else 2
+    if inputs == 1:
+        return 8 if isa == AVX2 else 4
+    return 2
 
 
 def q8_0_tile_inputs(isa: Int) -> Int:
