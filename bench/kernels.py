@@ -211,22 +211,22 @@ INPUTS = {"q8_0": "scales: InputTensor[dtype=DType.uint16"}
 def has_op(rev: str, kind: str) -> bool:
     """Whether model/kernels at ``rev`` registers ``few_rows_matmul_<kind>``
     taking the inputs this tree gives it."""
-    from model.layers.custom_op import KERNELS
-
-    folder = KERNELS.relative_to(ROOT).as_posix()
     wanted = [f'register("few_rows_matmul_{kind}")', *([INPUTS[kind]] if kind in INPUTS else [])]
-    return all(subprocess.run(["git", "grep", "-q", "-F", text, rev, "--", folder], cwd=ROOT).returncode == 0
-               for text in wanted)
+    return all(kernels_at_hold(rev, text) for text in wanted)
 
 
 def takes(rev: str) -> frozenset[str]:
     """The compile-time parameters of this tree's ops (``isa``, q4_0's
     ``band``) that model/kernels at ``rev`` declares: older revisions had none."""
+    return frozenset(name for name in ("isa", "band") if kernels_at_hold(rev, f", {name}: Int"))
+
+
+def kernels_at_hold(rev: str, text: str) -> bool:
+    """Whether a file of model/kernels at git revision ``rev`` holds ``text``."""
     from model.layers.custom_op import KERNELS
 
     folder = KERNELS.relative_to(ROOT).as_posix()
-    return frozenset(name for name in ("isa", "band") if subprocess.run(
-        ["git", "grep", "-q", "-F", f", {name}: Int", rev, "--", folder], cwd=ROOT).returncode == 0)
+    return subprocess.run(["git", "grep", "-q", "-F", text, rev, "--", folder], cwd=ROOT).returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:

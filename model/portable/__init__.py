@@ -137,18 +137,25 @@ def saved_name(options, config, trace) -> str | None:
     shipped = f"shipped {facts['level']} {facts['graph']} {facts.get('kernels')}"
     name = saved_graphs.graph_name(options, config, cpu_description=shipped)
     if not saved_graphs.is_saved(name):
-        if facts["sources"] != saved_graphs.sources_digest(options.impl):
-            changed = ("this code's Mojo kernels are not the ones it was compiled with"
-                       if facts.get("kernels") != kernels_digest() else
-                       "this code traces another graph" if facts["graph"] != graph_digest(trace()) else "")
-            if changed:
-                say(f"not {USING}: {changed} (python -m model.portable make writes a new one)")
-                return None
+        changed = "" if facts["sources"] == saved_graphs.sources_digest(options.impl) else not_this_codes(facts, trace)
+        if changed:
+            say(f"not {USING}: {changed} (python -m model.portable make writes a new one)")
+            return None
         unpack(facts, caches.folder("graphs") / name)
     say(f"{USING} ({facts['level']}: any CPU with AVX2 and FMA)")
     if cpu.native_path(cpu.flags()) != TARGET_PATH:
         compile_own_in_background(options)
     return name
+
+
+def not_this_codes(facts: dict, trace) -> str:
+    """Why the shipped graph is not what this code builds, in words ("" when it is): other Mojo
+    kernels, or another graph traced (``trace()``, asked for only when the kernels are the same)."""
+    if facts.get("kernels") != kernels_digest():
+        return "this code's Mojo kernels are not the ones it was compiled with"
+    if facts["graph"] != graph_digest(trace()):
+        return "this code traces another graph"
+    return ""
 
 
 def kernels_digest() -> str:
