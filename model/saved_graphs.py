@@ -60,8 +60,14 @@ def graph_name(options, config, cpu_description: str | None = None) -> str:
 
 def sources_digest(impl: str) -> str:
     """A digest of the files a graph of ``impl`` can depend on (``sources``)."""
+    return files_digest(sources(impl))
+
+
+def files_digest(paths: list[Path]) -> str:
+    """A digest of files' names (from the repository's root; a file outside it
+    as its folder's name and its own) and bytes, in the order given."""
     digest = hashlib.sha256()
-    for path in sources(impl):
+    for path in paths:
         where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else Path(path.parent.name, path.name)
         digest.update(where.as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

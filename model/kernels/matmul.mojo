@@ -13,8 +13,11 @@
 # graph then needs no F.cond to choose, and both paths write through the
 # op's fused output, so MAX fuses the ops that follow (the bias add, gelu)
 # into this op instead of running each as a kernel of its own. The Q8_0 op
-# runs its integer-dot tiles for any number of rows (on a prompt as fast as
-# dequantizing for MAX's matmul was). `python -m bench.kernels` measures both.
+# runs its integer-dot tiles for any number of rows where the CPU has an
+# 8-bit dot product instruction (AVX-512 VNNI: on a prompt as fast as
+# dequantizing for MAX's matmul); elsewhere a prompt's product is MAX's
+# float32 matmul on weights dequantized a band at a time, inside the op
+# (q8_0_prompts_dequantize). `python -m bench.kernels` measures both.
 #
 #   few_rows_matmul_f32   x [M, K] f32, W [N, K] f32             -> y [M, N] f32
 #   few_rows_matmul_q8_0  x [M, K] f32, W codes [T, K * 8] int8,
@@ -39,6 +42,8 @@ import extensibility
 from extensibility import InputTensor
 from extensibility import _FusedOutputTensor as FusedOutputTensor
 from builtin_kernels.linalg import MatmulCPU
+from layout import TileTensor, row_major
+from linalg.matmul import matmul
 from max.algorithm import parallelize
 from std.atomic import Atomic
 from std.sys.info import num_logical_cores
@@ -186,6 +191,22 @@ def q8_0_tile_rows(isa: Int, inputs: Int) -> Int:
     return 2
 
 
+def q8_0_prompts_dequantize(isa: Int) -> Bool:
+    """Whether the Q8_0 op hands a prompt (more than FEW_ROWS rows) to MAX's
+    float32 matmul on weights dequantized a band at a time, rather than run
+    its integer-dot tiles. Without VNNI's vpdpbusd (AVX2: vpsignb, vpabsb,
+    vpmaddubsw, vpmaddwd per 32 bytes; the portable path widens to int32) a
+    prompt's product is compute-bound in the tiles and MAX's float32 matmul
+    is faster; with VNNI the tiles are as fast. The activations then stay
+    float32 (not rounded to Q8_0 as llama.cpp's are)."""
+    return isa != AVX512_VNNI
+
+
+# Weight rows a prompt's Q8_0 product dequantizes at a time (a multiple of
+# ROWS): 3 MB of float32 per band at K = 768, reused by every input row.
+comptime DEQUANT_BAND = 1024
+
+
 def q8_0_tile_inputs(isa: Int) -> Int:
     """Input rows per Q8_0 tile call when there are several (see q8_0_tile_rows)."""
     return 4 if registers(isa) >= 32 else 2
@@ -269,6 +290,52 @@ def prepare_inputs(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, In
         xc.store(lane, SIMD[DType.int32, 8](-16 * codes.cast[DType.int32]().reduce_add()))
 
 
+def dequantize_tiles(qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], wf: UnsafePointer[mut=True, Float32, _],
+                     K: Int, first: Int, end: Int, start: Int):
+    """Tiles first..end-1 of the interleaved layout as float32 rows of K
+    (code * scale), tile t's row i at wf + (t * ROWS + i - start) * K."""
+    var steps = K // P
+    for t in range(first, end):
+        for p in range(steps):
+            var at = t * steps + p
+            var d = dp.load[width=2 * ROWS](at * 2 * ROWS).cast[F32]()
+            comptime for i in range(ROWS):
+                var codes = qp.load[width=P]((at * ROWS + i) * P).cast[F32]()
+                var dw = SIMD[F32, Q](d[2 * i]).join(SIMD[F32, Q](d[2 * i + 1]))
+                wf.store((t * ROWS + i - start) * K + p * P, codes * dw)
+
+
+def dequantized_matmul(y: FusedOutputTensor[dtype=F32, rank=2, ...], x: InputTensor[dtype=F32, rank=2, ...],
+                       qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _],
+                       M: Int, K: Int, N: Int, tiles: Int, ctx: DeviceContext) raises:
+    """y = x @ W^T for a prompt: per band of DEQUANT_BAND weight rows, the
+    band dequantized to float32 (its tiles dealt to the cores), MAX's
+    float32 matmul into a scratch, then through y's fused store."""
+    var wf = alloc[Float32](min(DEQUANT_BAND, tiles * ROWS) * K)
+    var c = alloc[Float32](M * DEQUANT_BAND)
+    var a = x.to_tile_tensor[DType.int64]()
+    for start in range(0, N, DEQUANT_BAND):
+        var end = min(start + DEQUANT_BAND, N)
+        var rows = end - start
+        var first_tile = start // ROWS
+        var end_tile = (end + ROWS - 1) // ROWS
+
+        def unpack(s: Int, e: Int) {var qp, var dp, var wf, var K, var start, var first_tile}:
+            dequantize_tiles(qp, dp, wf, K, first_tile + s, first_tile + e, start)
+
+        deal(unpack, end_tile - first_tile, 1)
+        matmul[transpose_b=True](TileTensor(c, row_major((M, rows))), a, TileTensor(wf, row_major((rows, K))), ctx)
+        var o = c - start  # column n of row m at o + m * rows + n
+
+        def copy(t: Int) {var M, var rows, var o, var start, var end, var y}:
+            var per = (M + TASKS - 1) // TASKS
+            flush(y, o, rows, t * per, min(t * per + per, M), start, end)
+
+        parallelize(copy, TASKS)
+    wf.free()
+    c.free()
+
+
 @extensibility.register("few_rows_matmul_f32")
 struct FewRowsMatmulF32:
     @staticmethod
@@ -348,12 +415,16 @@ struct FewRowsMatmulQ8_0:
         var tiles = codes.dim_size(0)
         var qp = codes.unsafe_ptr()
         var dp = scales.unsafe_ptr().bitcast[Float16]()
+        comptime I = resolved(isa)
+        comptime if q8_0_prompts_dequantize(I):
+            if M > FEW_ROWS:
+                dequantized_matmul(y, x, qp, dp, M, K, N, tiles, ctx)
+                return
         var xq = alloc[Int8](M * K)
         var xs = alloc[Float32](M * K // P * 16)
         var xc = alloc[Int32](M * K // P * 16)
         prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
-        comptime I = resolved(isa)
         comptime R1 = q8_0_tile_rows(I, 1)  # weight rows per call, one input row
         comptime MB = q8_0_tile_inputs(I)  # input rows per call, several
         comptime RM = q8_0_tile_rows(I, MB)

@@ -161,10 +161,7 @@ def not_this_codes(facts: dict, trace) -> str:
 def kernels_digest() -> str:
     """A digest of this project's Mojo kernels (model/kernels): compiled into
     the graph's code, while its traced body names only their ops."""
-    digest = hashlib.sha256()
-    for path in sorted((ROOT / "model" / "kernels").rglob("*.mojo")):
-        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    return saved_graphs.files_digest(sorted((ROOT / "model" / "kernels").rglob("*.mojo")))[:16]
 
 
 def graph_digest(graph) -> str:
