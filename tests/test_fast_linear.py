@@ -239,6 +239,49 @@ def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
         assert np.abs(got - want_q4).max() <= 0.01 * np.abs(want_q4).max()
 
 
+def test_a_prompt_s_q8_0_product_over_several_bands_equals_numpy():
+    # A prompt (more than FEW_ROWS rows) against more weight rows than one of
+    # matmul.mojo's DEQUANT_BAND, the band the AVX2 and portable paths
+    # dequantize at a time, the last band ending inside a tile of 8: numpy's
+    # product on this CPU's own path (GPT-2's LM head is such a product).
+    import re
+
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental import functional as F
+    from max.experimental import nn
+    from max.experimental.tensor import Tensor
+    from max.graph import TensorType
+
+    from model import cpu
+    from model.layers.custom_op import KERNELS
+    from model.layers.q8_0 import Q8_0Linear
+
+    band = int(re.search(r"^comptime DEQUANT_BAND = (\d+)", (KERNELS / "matmul.mojo").read_text(), re.M).group(1))
+    out = band + 77  # a band, 9 tiles and 5 rows
+    rng = np.random.default_rng(7)
+    codes, scales = quantize_q8_0(rng.standard_normal((out, 64)).astype(np.float32))
+    arrays = {"q8.bias": rng.standard_normal(out).astype(np.float32)}
+    arrays["q8.weight"], arrays["q8.scales"] = interleave_q8_0(codes, scales)
+
+    class One(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q8 = Q8_0Linear(64, out)
+
+        def forward(self, x):
+            return self.q8(x)
+
+    with F.lazy():
+        one = One()
+    compiled = one.compile(TensorType(DType.float32, ["rows", 64], device=CPU()), weights=arrays)
+    x = rng.standard_normal((FEW_ROWS + 4, 64)).astype(np.float32)
+    got = compiled(Tensor.from_dlpack(x)).to_numpy()
+    want = x @ dequantize_q8_0(codes, scales).T + arrays["q8.bias"]
+    bound = 1e-4 if cpu.native_path() in Q8_0_PROMPTS_DEQUANTIZE else 0.01  # see the test above
+    assert got.shape == want.shape and np.abs(got - want).max() <= bound * np.abs(want).max()
+
+
 def greedy_tokens(gpt2, prompt: np.ndarray, n: int) -> list[int]:
     return greedy(gpt2, prompt, n)[0][0].tolist()
 
