@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ARM = Path(os.environ.get("ARM_ROOT", "/tmp/arm"))
 # A short prompt, and one of 26 tokens: more than the 16 rows up to which the
-# kernels run their own tiles, so a prompt's product (MAX's float32 matmul,
-# its Q4_0 kernel, q8_0's dequantized weights) runs there too.
+# float32 and Q8_0 ops run their own tiles, so their prompt paths (MAX's
+# float32 matmul; on Arm q8_0's dequantized weights) run there too.
 PROMPTS = ("And it came to pass",
            "And it came to pass, when the king heard the words of the law, that he rent his clothes."
            " And the king commanded")
