@@ -122,6 +122,17 @@ def written(commands: list[list[str]], logs: Path) -> int:
     return sum(1 for command in commands for part in command if part.startswith(str(logs) + os.sep))
 
 
+def timed(command: list[str], env: dict[str, str], log, start: float) -> int:
+    """Runs ``command``, each line of its output into ``log`` after the seconds since ``start``: a stage
+    stopped at the call's limit still says how far it got when (the suite's durations come at its end)."""
+    with subprocess.Popen(command, cwd=kit.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace") as child:
+        for line in child.stdout:
+            log.write(f"[{time.perf_counter() - start:4.0f} s] {line}")
+            log.flush()
+    return child.returncode
+
+
 def run(names: list[str], device: str = "gpu", logs: Path | None = None) -> int:
     logs = logs or Path(os.environ.get("OUT") or kit.ROOT / "gpu-logs")
     logs.mkdir(parents=True, exist_ok=True)
@@ -146,7 +157,7 @@ def run(names: list[str], device: str = "gpu", logs: Path | None = None) -> int:
                 log.write(f"\n$ {shown}\n")
                 log.flush()
                 start = time.perf_counter()
-                rc = subprocess.run(command, cwd=kit.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+                rc = timed(command, env, log, start)
                 line = f"{name}: exit {rc} in {time.perf_counter() - start:.0f} s: {shown}"
                 log.write(line + "\n")
                 with (logs / "summary.txt").open("a") as summary:

@@ -215,6 +215,21 @@ def test_the_stages(there):
     assert not (there / "summary.txt").exists()
 
 
+def test_a_stage_s_log_says_when_each_line_came(tmp_path):
+    """A stage cut by the call's limit brings back no durations table: the seconds on each line stand in."""
+    import sys
+    import time
+
+    log = tmp_path / "stage.log"
+    script = "import sys, time; print('first'); sys.stdout.flush(); time.sleep(1.2); print('second'); sys.exit(3)"
+    with log.open("w") as out:
+        assert run.timed([sys.executable, "-c", script], {}, out, time.perf_counter()) == 3
+    first, second = log.read_text().splitlines()
+    assert first.endswith("] first") and second.endswith("] second")
+    seconds = [int(line[1:].split(" s]")[0]) for line in (first, second)]
+    assert seconds[1] - seconds[0] >= 1
+
+
 def test_the_kit_needs_only_the_standard_library():
     """It runs on the GPU machine's own Python before MAX is unpacked there:
     without site-packages (``-S``), every module of it imports."""
