@@ -325,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{seconds[kind + THEN] / seconds[kind]:.2f}x, diff {diffs[kind + THEN]:.1e}" for kind in against))
     print("(ratios: MAX's time / the kernel's, fp32 and q4_0; above 1 the kernel wins. q8_0 and q4_0 round the "
           "activations to 8 bits per block of 32, as llama.cpp and MAX's q4_0 kernel do: their difference from "
-          "numpy's product with the dequantized weights is ~1e-2 (q8_0 above 16 rows without AVX-512 VNNI: "
-          "float32 activations, ~1e-6)"
+          "numpy's product with the dequantized weights is ~1e-2 (q8_0 above 32 rows with AVX2, 16 on the "
+          "portable path: float32 activations, ~1e-6)"
           + (", more along a --chain" if args.chain else "")
           + ("; --against: the revision's time / this tree's, above 1 this tree is faster" if args.against else "")
           + ")")

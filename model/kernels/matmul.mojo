@@ -16,8 +16,9 @@
 # runs its integer-dot tiles for any number of rows where the CPU has an
 # 8-bit dot product instruction (AVX-512 VNNI: on a prompt as fast as
 # dequantizing for MAX's matmul); elsewhere a prompt's product is MAX's
-# float32 matmul on weights dequantized a band at a time, inside the op
-# (q8_0_prompts_dequantize). `python -m bench.kernels` measures both.
+# float32 matmul on weights dequantized a band at a time, inside the op,
+# above a row count per path (q8_0_dequantize_above). `python -m
+# bench.kernels` measures both.
 #
 #   few_rows_matmul_f32   x [M, K] f32, W [N, K] f32             -> y [M, N] f32
 #   few_rows_matmul_q8_0  x [M, K] f32, W codes [T, K * 8] int8,
@@ -169,6 +170,19 @@ def flush(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePointer[Float32
             c += 1
 
 
+def flush_in_parallel(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePointer[Float32, _], stride: Int,
+                      M: Int, start: Int, end: Int):
+    """flush() of rows 0..M-1, columns start..end-1, the rows split into TASKS
+    bands run in parallel: a prompt's scratch, from MAX's matmul called
+    inside an op, through the op's fused store."""
+
+    def rows(t: Int) {var M, var o, var stride, var start, var end, var y}:
+        var per = (M + TASKS - 1) // TASKS
+        flush(y, o, stride, t * per, min(t * per + per, M), start, end)
+
+    parallelize(rows, TASKS)
+
+
 # Steps ahead that a Q8_0 tile prefetches its own stream (0: none): a tile
 # is one contiguous stream and the hardware prefetcher alone kept too few of
 # its lines in flight (4 and 16 steps read the same as 8). A prefetch past
@@ -191,15 +205,23 @@ def q8_0_tile_rows(isa: Int, inputs: Int) -> Int:
     return 2
 
 
-def q8_0_prompts_dequantize(isa: Int) -> Bool:
-    """Whether the Q8_0 op hands a prompt (more than FEW_ROWS rows) to MAX's
-    float32 matmul on weights dequantized a band at a time, rather than run
-    its integer-dot tiles. Without VNNI's vpdpbusd (AVX2: vpsignb, vpabsb,
-    vpmaddubsw, vpmaddwd per 32 bytes; the portable path widens to int32) a
-    prompt's product is compute-bound in the tiles and MAX's float32 matmul
-    is faster; with VNNI the tiles are as fast. The activations then stay
-    float32 (not rounded to Q8_0 as llama.cpp's are)."""
-    return isa != AVX512_VNNI
+def q8_0_dequantize_above(isa: Int) -> Int:
+    """Input rows above which the Q8_0 op hands the product to MAX's float32
+    matmul on weights dequantized a band at a time, rather than run its
+    integer-dot tiles. With VNNI's vpdpbusd the tiles are as fast at any row
+    count: never. Without (AVX2: vpsignb, vpabsb, vpmaddubsw, vpmaddwd per 32
+    bytes; the portable path widens to int32) a prompt's product is
+    compute-bound in the tiles and MAX's float32 matmul is faster once the
+    rows repay the dequantizing, which costs the same at any row count. The
+    activations then stay float32 (not rounded to Q8_0 as llama.cpp's are)."""
+    if isa == AVX512_VNNI:
+        return Int.MAX
+    return Q8_0_AVX2_TILES_UP_TO if isa == AVX2 else FEW_ROWS
+
+
+# AVX2: the rows up to which the Q8_0 tiles beat dequantizing for MAX's matmul
+# (bench.kernels --step; docs/journal.md).
+comptime Q8_0_AVX2_TILES_UP_TO = 32
 
 
 # Weight rows a prompt's Q8_0 product dequantizes at a time (a multiple of
@@ -311,8 +333,9 @@ def dequantized_matmul(y: FusedOutputTensor[dtype=F32, rank=2, ...], x: InputTen
     """y = x @ W^T for a prompt: per band of DEQUANT_BAND weight rows, the
     band dequantized to float32 (its tiles dealt to the cores), MAX's
     float32 matmul into a scratch, then through y's fused store."""
+    comptime assert DEQUANT_BAND % ROWS == 0, "a band is whole tiles"
     var wf = alloc[Float32](min(DEQUANT_BAND, tiles * ROWS) * K)
-    var c = alloc[Float32](M * DEQUANT_BAND)
+    var c = alloc[Float32](M * min(DEQUANT_BAND, N))
     var a = x.to_tile_tensor[DType.int64]()
     for start in range(0, N, DEQUANT_BAND):
         var end = min(start + DEQUANT_BAND, N)
@@ -325,13 +348,7 @@ def dequantized_matmul(y: FusedOutputTensor[dtype=F32, rank=2, ...], x: InputTen
 
         deal(unpack, end_tile - first_tile, 1)
         matmul[transpose_b=True](TileTensor(c, row_major((M, rows))), a, TileTensor(wf, row_major((rows, K))), ctx)
-        var o = c - start  # column n of row m at o + m * rows + n
-
-        def copy(t: Int) {var M, var rows, var o, var start, var end, var y}:
-            var per = (M + TASKS - 1) // TASKS
-            flush(y, o, rows, t * per, min(t * per + per, M), start, end)
-
-        parallelize(copy, TASKS)
+        flush_in_parallel(y, c - start, rows, M, start, end)  # column n of row m at c + m * rows + n - start
     wf.free()
     c.free()
 
@@ -416,8 +433,9 @@ struct FewRowsMatmulQ8_0:
         var qp = codes.unsafe_ptr()
         var dp = scales.unsafe_ptr().bitcast[Float16]()
         comptime I = resolved(isa)
-        comptime if q8_0_prompts_dequantize(I):
-            if M > FEW_ROWS:
+        comptime ABOVE = q8_0_dequantize_above(I)
+        comptime if ABOVE < Int.MAX:  # not compiled at all on the VNNI path
+            if M > ABOVE:
                 dequantized_matmul(y, x, qp, dp, M, K, N, tiles, ctx)
                 return
         var xq = alloc[Int8](M * K)

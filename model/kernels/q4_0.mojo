@@ -33,7 +33,6 @@ import extensibility
 from extensibility import InputTensor
 from extensibility import _FusedOutputTensor as FusedOutputTensor
 from layout import TileTensor, row_major
-from max.algorithm import parallelize
 from max.gpu.host import DeviceContext
 from quantization.qmatmul import matmul_qint4
 from std.math import ceildiv
@@ -43,7 +42,7 @@ from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
 
 from .isa import dot4_32, dot4_64, resolved, vector_bytes
-from .matmul import F32, Q, TASKS, deal, flush, q8_0_block
+from .matmul import F32, Q, deal, flush_in_parallel, q8_0_block
 
 comptime BAND_CHUNK = 4  # bands a core takes at a time (of 32 rows; more of fewer rows)
 comptime MAX_BAND = 2 * simd_width_of[F32]()  # the band MAX's own Q4_0 kernel reads on this target
@@ -140,12 +139,7 @@ struct FewRowsMatmulQ4_0:
                 var c = alloc[Float32](M * padded)
                 matmul_qint4[32](x.to_tile_tensor[DType.int64](), w.to_tile_tensor[DType.int64](),
                                  TileTensor(c, row_major((M, padded))))
-
-                def copy(t: Int) {var M, var N, var padded, var c, var y}:
-                    var per = (M + TASKS - 1) // TASKS
-                    flush(y, c, padded, t * per, min(t * per + per, M), 0, N)
-
-                parallelize(copy, TASKS)
+                flush_in_parallel(y, c, padded, M, 0, N)
                 c.free()
                 return
         # Each row's Q8_0 codes (as llama.cpp and MAX's kernel round them),

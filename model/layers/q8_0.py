@@ -2,8 +2,10 @@
 
 MAX has no 8-bit matmul that keeps float32 results. The op rounds the
 activations to Q8_0 too (8 bits per block of 32, as llama.cpp's q8_0 does)
-and does integer dot products; for a prompt on a CPU without AVX-512 VNNI it
-runs MAX's float32 matmul on the weights dequantized inside the op instead.
+and does integer dot products; for a prompt on a CPU without AVX-512 VNNI
+(more than 32 rows on AVX2, 16 on the portable path: matmul.mojo's
+``q8_0_dequantize_above``) it runs MAX's float32 matmul on the weights
+dequantized inside the op instead.
 The format and the tile layout are model/quantize.py's (``interleave_q8_0``).
 """
 
