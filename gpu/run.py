@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -124,13 +125,26 @@ def written(commands: list[list[str]], logs: Path) -> int:
 
 def timed(command: list[str], env: dict[str, str], log, start: float) -> int:
     """Runs ``command``, each line of its output into ``log`` after the seconds since ``start``: a stage
-    stopped at the call's limit still says how far it got when (the suite's durations come at its end)."""
-    with subprocess.Popen(command, cwd=kit.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace") as child:
-        for line in child.stdout:
-            log.write(f"[{time.perf_counter() - start:4.0f} s] {line}")
+    stopped at the call's limit still says how far it got when (the suite's durations come at its end).
+    Returns when the command exits, as subprocess.run does, even where a process it left running (a
+    server, say) still holds its output open: that process's later lines are not logged."""
+    stopped = threading.Event()
+
+    def copy(stream) -> None:
+        for line in stream:
+            if stopped.is_set():
+                return
+            log.write(f"[{time.perf_counter() - start:4.0f} s] {line.rstrip(chr(10))}\n")
             log.flush()
-    return child.returncode
+
+    child = subprocess.Popen(command, cwd=kit.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, errors="replace")
+    reader = threading.Thread(target=copy, args=(child.stdout,), daemon=True)
+    reader.start()
+    rc = child.wait()
+    reader.join(timeout=5)
+    stopped.set()
+    return rc
 
 
 def run(names: list[str], device: str = "gpu", logs: Path | None = None) -> int:

@@ -230,6 +230,21 @@ def test_a_stage_s_log_says_when_each_line_came(tmp_path):
     assert seconds[1] - seconds[0] >= 1
 
 
+def test_a_stage_s_command_ends_when_it_exits_not_when_what_it_left_running_does(tmp_path):
+    import sys
+    import time
+
+    leaves = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); print(1)"
+    log, began = tmp_path / "stage.log", time.perf_counter()
+    with log.open("w") as out:
+        assert run.timed([sys.executable, "-c", leaves], {}, out, began) == 0
+        assert time.perf_counter() - began < 20
+        # a last line without its newline gets one, so the stage's "exit" line starts a line of its own
+        assert run.timed([sys.executable, "-c", "print('done', end='')"], {}, out, began) == 0
+    text = log.read_text()
+    assert text.splitlines()[0].endswith("] 1") and text.endswith("] done\n")
+
+
 def test_the_kit_needs_only_the_standard_library():
     """It runs on the GPU machine's own Python before MAX is unpacked there:
     without site-packages (``-S``), every module of it imports."""

@@ -60,7 +60,7 @@ comptime Q = 32  # weights per Q8_0 block
 # Weight rows per f32 tile for one input row, and per Q8_0 tile in memory:
 # 8 independent streams in flight per step (4 was slower, 12 and 16 no better).
 comptime ROWS = 8
-comptime TASKS = 8  # bands of rows for a static split (q4_0.mojo's copy of a prompt's product)
+comptime TASKS = 8  # bands of rows for a static split (flush_in_parallel: a prompt's scratch into y)
 # The ops deal their rows to the cores a chunk at a time from a shared atomic
 # counter, one task per core, instead of 8 fixed bands: inside the model a
 # core that wakes late or reads slower then takes fewer chunks, where with
@@ -176,11 +176,11 @@ def flush_in_parallel(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePoi
     bands run in parallel: a prompt's scratch, from MAX's matmul called
     inside an op, through the op's fused store."""
 
-    def rows(t: Int) {var M, var o, var stride, var start, var end, var y}:
+    def band(t: Int) {var M, var o, var stride, var start, var end, var y}:
         var per = (M + TASKS - 1) // TASKS
         flush(y, o, stride, t * per, min(t * per + per, M), start, end)
 
-    parallelize(rows, TASKS)
+    parallelize(band, TASKS)
 
 
 # Steps ahead that a Q8_0 tile prefetches its own stream (0: none): a tile
