@@ -203,19 +203,20 @@ def layers(request):
     return (cpu.native_path() if request.param == "auto" else request.param), compiled_layers(request.param)
 
 
-def q8_0_avx2_tiles_up_to() -> int:
+def matmul_constant(name: str) -> int:
+    """A ``comptime NAME = <int>`` of matmul.mojo (Mojo cannot import Python's, nor Python Mojo's)."""
     import re
 
     from model.layers.custom_op import KERNELS
 
     source = (KERNELS / "matmul.mojo").read_text()
-    return int(re.search(r"^comptime Q8_0_AVX2_TILES_UP_TO = (\d+)", source, re.M).group(1))
+    return int(re.search(rf"^comptime {name} = (\d+)", source, re.M).group(1))
 
 
 # The input rows above which a prompt's Q8_0 product is MAX's float32 matmul
 # on the dequantized weights, per kernel path (matmul.mojo's
 # q8_0_dequantize_above): the paths without an 8-bit dot product instruction.
-Q8_0_DEQUANTIZE_ABOVE = {"avx2": q8_0_avx2_tiles_up_to(), "portable": FEW_ROWS}
+Q8_0_DEQUANTIZE_ABOVE = {"avx2": matmul_constant("Q8_0_AVX2_TILES_UP_TO"), "portable": FEW_ROWS}
 
 
 def q8_0_dequantized(path: str, rows: int) -> bool:
@@ -261,8 +262,6 @@ def test_a_prompt_s_q8_0_product_over_several_bands_equals_numpy():
     # portable paths dequantize at a time, the last band ending inside a tile
     # of 8: numpy's product on this CPU's own path (GPT-2's LM head is such a
     # product).
-    import re
-
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental import functional as F
@@ -271,10 +270,9 @@ def test_a_prompt_s_q8_0_product_over_several_bands_equals_numpy():
     from max.graph import TensorType
 
     from model import cpu
-    from model.layers.custom_op import KERNELS
     from model.layers.q8_0 import Q8_0Linear
 
-    band = int(re.search(r"^comptime DEQUANT_BAND = (\d+)", (KERNELS / "matmul.mojo").read_text(), re.M).group(1))
+    band = matmul_constant("DEQUANT_BAND")
     out = band + 77  # a band, 9 tiles and 5 rows
     rng = np.random.default_rng(7)
     codes, scales = quantize_q8_0(rng.standard_normal((out, 64)).astype(np.float32))
@@ -358,13 +356,8 @@ def test_q8_0_on_random_checkpoints_stays_near_the_reference(name):
 def test_the_python_few_rows_is_the_kernel_s():
     # The float32 op picks its own tiles or MAX's matmul inside itself at
     # matmul.mojo's FEW_ROWS; the tests above put their row counts on both
-    # sides of it through few_rows.py's copy (Mojo cannot import Python's).
-    import re
-
-    from model.layers.custom_op import KERNELS
-
-    source = (KERNELS / "matmul.mojo").read_text()
-    assert re.search(r"^comptime FEW_ROWS = (\d+)", source, re.M).group(1) == str(FEW_ROWS)
+    # sides of it through few_rows.py's copy.
+    assert matmul_constant("FEW_ROWS") == FEW_ROWS
 
 
 def test_the_kernel_library_is_compiled_once_per_source(tmp_path, monkeypatch):
