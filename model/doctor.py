@@ -23,6 +23,14 @@ SUPPORT = {
                          "has run it, and --device auto takes the CPU there",
 }
 
+# How far each GPU architecture is proven, by the name MAX gives it; the same page holds the evidence.
+GPU_SUPPORT = {
+    "sm_90a": "run: float32 (the default) on an H200 and an H100, equal to HF on the card; bfloat16 is wrong "
+              "over several rows at once with MAX 26.7, so it is only on request",
+    "sm_80": "compiled, not run: the targets check compiles it by hand; no A100 has run it",
+    "sm_89": "compiled, not run: the targets check compiles it by hand; no L4 or RTX 40 has run it",
+}
+
 
 def folder_size(folder: Path) -> int:
     total = 0
@@ -50,22 +58,41 @@ def version(package: str) -> str:
         return "not installed"
 
 
-def gpus() -> str:
-    """The accelerators MAX sees, by architecture, and the GPU-visibility variables that are set."""
-    from model.device import GPU_VISIBILITY, accelerator_count
+def seen_gpus() -> list[tuple[str, str]] | str:
+    """(api, architecture) of each accelerator MAX sees, or why one it counted could not be opened."""
+    from model.device import accelerator_count
 
     count = accelerator_count()
-    hiding = [f"{name}={os.environ[name]!r}" for name in GPU_VISIBILITY if name in os.environ]
-    hiding = f" ({', '.join(hiding)})" if hiding else ""
     if count == 0:
-        return "none that MAX sees" + hiding
+        return []
     try:
         from max.driver import Accelerator
 
-        names = [f"{Accelerator(i).api} {Accelerator(i).architecture_name}" for i in range(count)]
+        return [(Accelerator(i).api, Accelerator(i).architecture_name) for i in range(count)]
     except Exception as exc:  # counted but not opened: say so rather than fail the report
-        names = [f"(could not open: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"]
-    return f"{count}: " + ", ".join(names) + hiding
+        return f"{count}: (could not open: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+
+
+def gpus(seen: list[tuple[str, str]] | str | None = None) -> str:
+    """The accelerators MAX sees, by architecture, and the GPU-visibility variables that are set."""
+    from model.device import GPU_VISIBILITY
+
+    seen = seen_gpus() if seen is None else seen
+    hiding = [f"{name}={os.environ[name]!r}" for name in GPU_VISIBILITY if name in os.environ]
+    hiding = f" ({', '.join(hiding)})" if hiding else ""
+    if isinstance(seen, str):
+        return seen + hiding
+    if not seen:
+        return "none that MAX sees" + hiding
+    return f"{len(seen)}: " + ", ".join(f"{api} {arch}" for api, arch in seen) + hiding
+
+
+def gpu_support(seen: list[tuple[str, str]] | str) -> str | None:
+    """How far the GPUs MAX sees are proven; None where it sees none."""
+    if isinstance(seen, str) or not seen:
+        return None
+    untested = "untested: nothing has compiled or run for it (docs/platforms.md)"
+    return "; ".join(f"{arch} {GPU_SUPPORT.get(arch, untested)}" for arch in dict.fromkeys(arch for _, arch in seen))
 
 
 def lines() -> list[tuple[str, str]]:
@@ -82,7 +109,8 @@ def lines() -> list[tuple[str, str]]:
     parts = ", ".join(f"{p.name} {human(folder_size(p))}" for p in sorted(ours.iterdir()) if p.is_dir()) \
         if ours.is_dir() else ""
     system = (platform.system(), platform.machine())
-    return [
+    seen = seen_gpus()
+    rows = [
         ("python", f"{platform.python_version()} ({sys.executable})"),
         ("system", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("max", version("max")),
@@ -92,13 +120,16 @@ def lines() -> list[tuple[str, str]]:
                    f"; AVX-512: {'yes' if 'avx512f' in cpu.flags() else 'no'}, VNNI: "
                    f"{'yes' if 'avx512_vnni' in cpu.flags() else 'no'}")),
         ("kernel path", os.environ.get(cpu.ENV, "auto") + f" (GPT2_MAX_KERNEL_PATH; auto is {cpu.native_path()})"),
-        ("gpus", gpus()),
+        ("gpus", gpus(seen)),
         ("--device auto", auto),
         ("project cache", f"{ours} {human(folder_size(ours)) if ours.is_dir() else '(none yet)'}"
                           + (f": {parts}" if ours.is_dir() else "")),
         ("MAX cache", f"{modular} {human(folder_size(modular)) if modular.is_dir() else '(none yet)'}"),
         ("platform", SUPPORT.get(system, "untested: nothing has compiled or run on this platform (docs/platforms.md)")),
     ]
+    if support := gpu_support(seen):
+        rows.append(("gpu support", support))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,3 +40,19 @@ def test_the_gpu_line_names_a_variable_that_hides_gpus(monkeypatch):
     assert doctor.gpus() == "none that MAX sees"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert doctor.gpus() == "none that MAX sees (CUDA_VISIBLE_DEVICES='')"
+
+
+def test_the_gpus_seen_are_named_with_how_far_each_is_proven():
+    assert doctor.gpus([("cuda", "sm_90a")]).startswith("1: cuda sm_90a")
+    assert doctor.gpu_support([]) is None and doctor.gpu_support("1: (could not open: x)") is None
+    assert doctor.gpu_support([("cuda", "sm_90a"), ("cuda", "sm_90a")]).startswith("sm_90a run: float32")
+    assert "; sm_80 compiled, not run" in doctor.gpu_support([("cuda", "sm_90a"), ("cuda", "sm_80")])
+    assert doctor.gpu_support([("hip", "gfx942")]) == \
+        "gfx942 untested: nothing has compiled or run for it (docs/platforms.md)"
+
+
+def test_every_gpu_architecture_named_is_one_the_targets_check_compiles():
+    from model import targets
+
+    compiled = {target.gpu for target in targets.TARGETS.values()}
+    assert set(doctor.GPU_SUPPORT) <= compiled
