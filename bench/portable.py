@@ -36,7 +36,8 @@ from model.device import GPU_VISIBILITY
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "And it came to pass"
 GRAPHS = {  # name: (what it is, the environment its runs add)
-    "shipped": (f"the shipped graph ({portable.LEVEL}, {portable.TARGET_PATH} kernels)", {portable.USE: "1"}),
+    "shipped": (f"the shipped graph ({portable.this_machines().level}, {portable.this_machines().path} kernels)",
+                {portable.USE: "1"}),
     "own": (f"this CPU's own graph ({cpu.native_path(cpu.flags())} kernels)", {portable.USE: "0"}),
 }
 
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1 or args.new_tokens < 1:
         p.error("--rounds and --new-tokens must be at least 1")
-    why = portable.cannot_run(portable.shipped_facts()["max"]) if portable.shipped_facts() else "no shipped graph"
+    target, facts = portable.this_machines(), portable.shipped_facts()
+    why = portable.cannot_run(facts["max"], target=target) if facts else "no shipped graph"
     if why:
         p.error(f"the shipped graph cannot run here: {why}")
     folder = caches.folder("portable-bench")

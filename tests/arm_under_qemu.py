@@ -146,13 +146,19 @@ def arm_env() -> dict[str, str]:
 
 
 def greedy(python_path: str, dtype: str, prompt: str, env: dict) -> tuple[dict, float]:
+    """The app's JSON line (``shipped``: whether it ran the graph shipped with the project), and its seconds."""
+    sys.path.insert(0, str(ROOT))
+    from model.portable import USING
+
     start = time.perf_counter()
     done = subprocess.run([python_path, "-m", "model", "--model", "demo", "--dtype", dtype, "--temperature", "0",
                            "--max-new-tokens", "12", "--json", prompt], capture_output=True, text=True, env=env,
                           cwd=ROOT)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1:] or ["?"]}, time.perf_counter() - start
-    return json.loads(done.stdout.strip().splitlines()[-1]), time.perf_counter() - start
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**result, "shipped": any(line.startswith(USING) for line in done.stderr.splitlines())}, \
+        time.perf_counter() - start
 
 
 def run(dtypes: list[str], steps: bool) -> int:
@@ -169,7 +175,8 @@ def run(dtypes: list[str], steps: bool) -> int:
             same = "tokens" in there and there["tokens"] == here["tokens"]
             failures += not same
             native = "" if same else f" / x86-64: {here.get('text', here)!r}"
-            print(f"{dtype:8} prompt {n + 1} aarch64 {'same' if same else 'DIFFERENT'} ({seconds:.0f} s): "
+            shipped = ", the shipped graph" if there.get("shipped") else ""
+            print(f"{dtype:8} prompt {n + 1} aarch64 {'same' if same else 'DIFFERENT'} ({seconds:.0f} s{shipped}): "
                   f"{there.get('text', there)!r}{native}", flush=True)
     for step in ("01", "02", "03") if steps else ():
         start = time.perf_counter()

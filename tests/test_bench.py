@@ -652,7 +652,7 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
         return {"decode_tokens_per_s": rate, "prefill_ms": 10.0, "compile_s": 0.0, "tokens": [1, 2, 3]}
 
     monkeypatch.setattr(portable, "run_app", run_app)
-    monkeypatch.setattr(portable.portable, "cannot_run", lambda made_with: "")
+    monkeypatch.setattr(portable.portable, "cannot_run", lambda made_with, target: "")
     assert portable.main(["--rounds", "3", "--json", str(tmp_path / "p.json")]) == 0
     # each untimed first, then the order swapped every round
     assert calls == ["shipped", "own", "shipped", "own", "own", "shipped", "shipped", "own"]

@@ -17,7 +17,7 @@ from checker import eager_kernels
 from checker.eager_kernels.__main__ import COMPILED_NOTE, empty_caches_env, pack
 from model import cpu
 from model.max_internals import WARM_STORE, eager_families
-from model.portable import FEATURES
+from model.portable import X86
 
 FACTS = eager_kernels.shipped_facts()
 NOT_HERE = eager_kernels.unusable_here(FACTS)
@@ -46,7 +46,7 @@ def test_the_archive_holds_every_family_of_this_max_with_its_manifest_and_licenc
 
 
 def test_a_cpu_max_or_gpu_they_cannot_serve_is_told_why(no_store, monkeypatch):
-    every = frozenset(FEATURES)
+    every = frozenset(X86.features)
     if cpu.is_x86():
         assert eager_kernels.unusable_here(FACTS, every, gpus=0) == ""
         assert "avx2" in eager_kernels.unusable_here(FACTS, frozenset({"sse4_2", "avx"}), gpus=0)

@@ -27,9 +27,41 @@ def test_the_shipped_graph_matches_this_code(capsys):
     from model.portable.__main__ import check
 
     assert check() == 0, capsys.readouterr().out
-    facts = portable.shipped_facts()
-    assert facts["level"] == portable.LEVEL and facts["file"].endswith(f"-{facts['graph']}.mef.gz")
+    for level, target in portable.TARGETS.items():
+        facts = portable.shipped_facts(target)
+        assert facts["level"] == level and facts["target"] == target.descriptor
+        assert facts["file"].endswith(f"-{facts['graph']}.mef.gz") and (target.folder / facts["file"]).is_file()
     assert (portable.SHIPPED / "NOTICE").is_file() and (portable.SHIPPED / "MAX-LICENSE.txt").stat().st_size > 0
+
+
+def test_each_shipped_target_is_one_the_targets_check_compiles_and_names_its_kernel_path():
+    from model import cpu, targets
+
+    compiled = {target.cpu for target in targets.TARGETS.values()}
+    for target in portable.TARGETS.values():
+        assert target.descriptor in compiled, target.level
+        x86 = target.machine == "x86_64"
+        assert cpu.native_path(frozenset(target.features)) == target.path or not x86, target.level
+    assert portable.ARM.path == "portable"  # what model/cpu.py gives any CPU that is not x86-64
+
+
+def test_each_machine_is_offered_its_architecture_s_graph_and_others_told_why(monkeypatch):
+    """Linux on x86-64 and on Arm each get their own; a Mac is told the graphs are Linux's."""
+    facts = {"max": portable.importlib.metadata.version("max")}
+    for system, machine, target in (("Linux", "x86_64", portable.X86), ("Linux", "aarch64", portable.ARM),
+                                    ("Darwin", "arm64", portable.X86)):
+        monkeypatch.setattr(portable.platform, "system", lambda system=system: system)
+        monkeypatch.setattr(portable.platform, "machine", lambda machine=machine: machine)
+        monkeypatch.setattr(portable.cpu, "is_x86", lambda machine=machine: machine == "x86_64")
+        assert portable.this_machines() is target, machine
+        why = portable.cannot_run(facts["max"], frozenset(target.features), target)
+        assert why == ("" if system == "Linux" else "Linux x86_64 code, this is Darwin on arm64"), machine
+    monkeypatch.setattr(portable.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(portable.platform, "machine", lambda: "aarch64")
+    assert portable.cannot_run(facts["max"], frozenset(portable.ARM.features) - {"asimddp"}, portable.ARM) == \
+        "this CPU lacks asimddp (neoverse-n1 needs them)"
+    assert portable.cannot_run(facts["max"], frozenset(portable.X86.features), portable.X86) == \
+        "Linux x86_64 code, this is Linux on aarch64"
 
 
 def demo_config():
@@ -38,8 +70,9 @@ def demo_config():
     return open_checkpoint("demo").config_as(config_class("solutions"))
 
 
-def test_only_the_default_cpu_build_of_the_demo_shape_is_shipped():
-    facts, config = portable.shipped_facts(), demo_config()
+@pytest.mark.parametrize("level", portable.TARGETS)
+def test_only_the_default_cpu_build_of_the_demo_shape_is_shipped(level):
+    facts, config = portable.shipped_facts(portable.TARGETS[level]), demo_config()
     assert portable.is_the_shipped_build(facts, BuildOptions(device="cpu"), config)
     for other in (BuildOptions(device="cpu", dtype="q8_0"), BuildOptions(device="cpu", linear="course"),
                   BuildOptions(device="cpu", cache="concat"), BuildOptions(device="cpu", attention_layer=0),
@@ -53,12 +86,13 @@ def test_a_cpu_without_the_targets_features_is_told_why(monkeypatch):
     facts = portable.shipped_facts()
     monkeypatch.delenv(portable.USE, raising=False)
     monkeypatch.delenv("GPT2_MAX_KERNEL_PATH", raising=False)
+    features = frozenset(portable.this_machines().features)
     if portable.cpu.is_x86():
         assert "avx2" in portable.unusable_here(facts, frozenset({"sse4_2", "avx"}))
-        assert portable.unusable_here(facts, frozenset(portable.FEATURES)) == ""
-    assert "MAX 0.0" in portable.unusable_here({**facts, "max": "0.0"}, frozenset(portable.FEATURES))
+        assert portable.unusable_here(facts, features) == ""
+    assert "MAX 0.0" in portable.unusable_here({**facts, "max": "0.0"}, features)
     monkeypatch.setenv(portable.USE, "0")
-    assert portable.unusable_here(facts, frozenset(portable.FEATURES)) == f"{portable.USE}=0"
+    assert portable.unusable_here(facts, features) == f"{portable.USE}=0"
 
 
 def test_a_first_run_with_empty_caches_uses_the_shipped_graph(tmp_path):

@@ -42,9 +42,10 @@ from pathlib import Path
 
 from model import caches
 from model.max_internals import WARM_STORE
-from model.portable import LEVEL, cannot_run
+from model.portable import X86, cannot_run
 
 HERE = Path(__file__).resolve().parent
+LEVEL = X86.level  # the kernels are compiled for the shipped graph's x86 level
 ARCHIVE = HERE / f"{LEVEL}.tar.xz"
 FACTS = HERE / "facts.json"
 USE = "GPT2_MAX_SHIPPED_KERNELS"  # "0": never use them

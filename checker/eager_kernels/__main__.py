@@ -19,7 +19,7 @@ from pathlib import Path
 
 from checker.eager_kernels import ARCHIVE, FACTS, HERE, LEVEL, MANIFEST, shipped_facts, unusable_here, use
 from model.max_internals import WARM_STORE
-from model.portable import TARGET
+from model.portable import X86
 from model.portable import __main__ as portable_make
 
 ROOT = HERE.parents[1]
@@ -39,7 +39,7 @@ def compile_families(names: list[str], folder: Path) -> int:
     ``folder``, one MEF each; one JSON line per family on stdout."""
     from max import driver
 
-    driver.set_virtual_cpu_target(TARGET)  # before the process's first device
+    driver.set_virtual_cpu_target(X86.descriptor)  # before the process's first device
     from max import engine
     from max.driver import CPU
 
@@ -119,7 +119,8 @@ def make() -> int:
         store.write_manifest()
         pack([*(out / f["file"] for f in families), out / MANIFEST], ARCHIVE)
     version = importlib.metadata.version("max")
-    facts = {"max": version, "level": LEVEL, "target": TARGET, "made_by": "python -m checker.eager_kernels make",
+    facts = {"max": version, "level": LEVEL, "target": X86.descriptor,
+             "made_by": "python -m checker.eager_kernels make",
              "workers": jobs, "seconds": round(time.perf_counter() - start, 1), "ops": sum(f["ops"] for f in families),
              "mef_bytes": sum(f["bytes"] for f in families), "families": families}
     FACTS.write_text(json.dumps(facts, indent=1) + "\n")

@@ -1,30 +1,35 @@
 """The demo's compiled graph, shipped with the project: the first run on a new machine in seconds.
 
-    python -m model.portable make     # compile it for x86-64-v3 from a clean cache, write weights/demo/graph/
-    python -m model.portable check    # does the shipped graph still match what this code traces, and its kernels?
+    python -m model.portable make     # compile it for each target from a clean cache, write weights/demo/graph/
+    python -m model.portable check    # do the shipped graphs still match what this code traces, and its kernels?
 
 (Those commands: model/portable/__main__.py. This file is what the build asks.)
 
 A graph compiled by MAX holds native code for the CPU it was compiled for.
-Compiled for a named CPU level, x86-64-v3 (AVX2, FMA, BMI1/2, F16C, LZCNT,
-MOVBE: Intel since Haswell, AMD since Excavator and every Zen), it runs on any
-CPU with those features, and the kernels take their avx2 path there. The
-project ships that one graph, the demo's at its default build (float32 on the
-CPU, this project's Linear op), gzipped in weights/demo/graph/ with what it was
-made from (``facts.json``): MAX's version, the target, a digest of the traced
-graph's body, a digest of the Mojo kernels compiled into it, and a digest of
-the source files.
+Compiled for a named CPU level it runs on any CPU with that level's features.
+The project ships the demo's graph at its default build (float32 on the CPU,
+this project's Linear op) for two such levels, each gzipped in a folder of
+weights/demo/graph/ with what it was made from (``facts.json``): MAX's
+version, the target, a digest of the traced graph's body, a digest of the
+Mojo kernels compiled into it, and a digest of the source files.
 
-``load_gpt2`` asks ``saved_name`` before compiling. The shipped graph is used
-when the build is that one, MAX's version is the one it was made with, and
-this CPU has every feature of the target (read from /proc/cpuinfo before
-anything is loaded: a graph with instructions the CPU lacks would die with
-SIGILL). When the source files are the ones it was made from, it is used as
-it is; when they differ, the Mojo kernels must be the ones it was compiled
-with, and the model is traced (a few seconds, nothing compiled) and the
-graph's body compared. Otherwise the app compiles as
-before, and says why. A used graph is unpacked into the saved graphs
-(model/saved_graphs.py), so later starts load it as they load any saved one.
+- x86-64-v3 (AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE: Intel since Haswell, AMD
+  since Excavator and every Zen): the kernels take their avx2 path there.
+- Neoverse N1 (Armv8.2 with dot product and half precision: AWS Graviton2
+  and later, Ampere Altra): Linux on Arm, the kernels' portable path. It is
+  compiled on an x86-64 machine (MAX compiles for a CPU it does not run on).
+
+``load_gpt2`` asks ``saved_name`` before compiling. The shipped graph for
+this machine's architecture is used when the build is that one, MAX's
+version is the one it was made with, the system is Linux and this CPU has
+every feature of the target (read from /proc/cpuinfo before anything is
+loaded: a graph with instructions the CPU lacks would die with SIGILL).
+When the source files are the ones it was made from, it is used as it is;
+when they differ, the Mojo kernels must be the ones it was compiled with,
+and the model is traced (a few seconds, nothing compiled) and the graph's
+body compared. Otherwise the app compiles as before, and says why. A used
+graph is unpacked into the saved graphs (model/saved_graphs.py), so later
+starts load it as they load any saved one.
 
 Where this CPU's own kernel path is not the target's (AVX-512 with VNNI), its
 own graph is compiled in the background (niced, one at a time), and used from
@@ -45,19 +50,40 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
 from model import caches, cpu, saved_graphs
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "weights" / "demo" / "graph"
-LEVEL = "x86-64-v3"
-TARGET = f"triple=x86_64-unknown-linux-gnu;cpu={LEVEL}"
+SHIPPED = ROOT / "weights" / "demo" / "graph"  # a folder per target, the licence's notice beside them
+
+
+@dataclass(frozen=True)
+class Target:
+    """A CPU level a graph is shipped for."""
+
+    level: str  # its name, and its folder's
+    descriptor: str  # MAX's virtual CPU target (model/targets.py compiles the same)
+    machine: str  # platform.machine() of the CPUs it runs on (Linux)
+    features: tuple[str, ...]  # every one must be in /proc/cpuinfo's flags (x86) or Features (Arm)
+    path: str  # the kernel path isa.mojo's auto takes for it (model/cpu.py)
+    runs_on: str  # in words
+
+    @property
+    def folder(self) -> Path:
+        return SHIPPED / self.level
+
+
 # x86-64-v3 as LLVM defines the level, as /proc/cpuinfo names the features (abm: LZCNT).
-FEATURES = ("sse4_2", "popcnt", "ssse3", "cx16", "lahf_lm", "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm",
-            "movbe", "xsave")
-TARGET_PATH = "avx2"  # the kernel path isa.mojo's auto takes for this target (model/cpu.py)
+X86 = Target("x86-64-v3", "triple=x86_64-unknown-linux-gnu;cpu=x86-64-v3", "x86_64",
+             ("sse4_2", "popcnt", "ssse3", "cx16", "lahf_lm", "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm",
+              "movbe", "xsave"), "avx2", "any CPU with AVX2 and FMA")
+# Neoverse N1's Armv8.2 extensions as Linux names them (its crypto included: LLVM's neoverse-n1 has it).
+ARM = Target("neoverse-n1", "triple=aarch64-unknown-linux-gnu;cpu=neoverse-n1", "aarch64",
+             ("fp", "asimd", "aes", "pmull", "sha1", "sha2", "crc32", "atomics", "fphp", "asimdhp", "asimdrdm",
+              "lrcpc", "dcpop", "asimddp"), "portable", "Arm CPUs from Neoverse N1 on: Graviton2 and later, Altra")
+TARGETS = {target.level: target for target in (X86, ARM)}
 USE = "GPT2_MAX_PORTABLE_GRAPH"  # "0": never use the shipped graph
 USING = "using the shipped compiled graph"  # how a line of the app's stderr starts when it does
 BACKGROUND = "GPT2_MAX_BACKGROUND_COMPILE"  # "0": no background compile of this CPU's own graph
@@ -68,10 +94,16 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def shipped_facts() -> dict | None:
-    """What the shipped graph was made from (None when there is none)."""
+def this_machines() -> Target:
+    """The target shipped for this machine's architecture (x86-64-v3 where none is: its refusal says why)."""
+    machine = "x86_64" if cpu.is_x86() else platform.machine().lower()
+    return next((target for target in TARGETS.values() if target.machine == machine), X86)
+
+
+def shipped_facts(target: Target | None = None) -> dict | None:
+    """What the graph shipped for ``target`` (this machine's) was made from (None when there is none)."""
     try:
-        return json.loads((SHIPPED / "facts.json").read_text())
+        return json.loads(((target or this_machines()).folder / "facts.json").read_text())
     except (OSError, ValueError):
         return None
 
@@ -95,28 +127,28 @@ def is_the_shipped_build(facts: dict, options, config) -> bool:
 
 
 def unusable_here(facts: dict, cpu_flags: frozenset[str] | None = None) -> str:
-    """Why the shipped graph cannot run here, in words ("" when it can)."""
+    """Why the shipped graph ``facts`` describe cannot run here, in words ("" when it can)."""
     if os.environ.get(USE, "1") == "0":
         return f"{USE}=0"
     if not caches.enabled():
         return f"{caches.SAVED_GRAPHS}=0"
     if os.environ.get(cpu.ENV, "auto") != "auto":
         return f"{cpu.ENV} is set"
-    return cannot_run(facts["max"], cpu_flags)
+    return cannot_run(facts["max"], cpu_flags, TARGETS[facts["level"]])
 
 
-def cannot_run(made_with: str, cpu_flags: frozenset[str] | None = None) -> str:
-    """Why code that MAX ``made_with`` compiled for LEVEL cannot run in this
-    process (the shipped graph, the checker's shipped kernels), in words; ""
-    when it can. The CPU's features come from /proc/cpuinfo (or ``cpu_flags``)."""
+def cannot_run(made_with: str, cpu_flags: frozenset[str] | None = None, target: Target = X86) -> str:
+    """Why code that MAX ``made_with`` compiled for ``target`` cannot run in
+    this process (a shipped graph, the checker's shipped kernels), in words;
+    "" when it can. The CPU's features come from /proc/cpuinfo (or ``cpu_flags``)."""
     version = importlib.metadata.version("max")
     if made_with != version:
         return f"made with MAX {made_with}, this is MAX {version}"
-    if not cpu.is_x86():
-        return f"x86-64 code, this CPU is {platform.machine()}"
-    lacking = [flag for flag in FEATURES if flag not in (cpu.flags() if cpu_flags is None else cpu_flags)]
+    if this_machines() is not target or platform.system() != "Linux":
+        return f"Linux {target.machine} code, this is {platform.system()} on {platform.machine()}"
+    lacking = [flag for flag in target.features if flag not in (cpu.flags() if cpu_flags is None else cpu_flags)]
     if lacking:
-        return f"this CPU lacks {', '.join(lacking)} ({LEVEL} needs them)"
+        return f"this CPU lacks {', '.join(lacking)} ({target.level} needs them)"
     return ""
 
 
@@ -127,7 +159,8 @@ def saved_name(options, config, trace) -> str | None:
     when the shipped graph was for this build but could not be used).
     ``trace()``: the build's graph, traced (model/gpt2.py's traced_graph),
     asked for only when the source files are not the ones it was made from."""
-    facts = shipped_facts()
+    target = this_machines()
+    facts = shipped_facts(target)
     if facts is None or not is_the_shipped_build(facts, options, config) or cpu.virtual_target():
         return None  # (a process compiling for another CPU, as the targets check and make do, compiles)
     why = unusable_here(facts)
@@ -141,9 +174,9 @@ def saved_name(options, config, trace) -> str | None:
         if changed:
             say(f"not {USING}: {changed} (python -m model.portable make writes a new one)")
             return None
-        unpack(facts, caches.folder("graphs") / name)
-    say(f"{USING} ({facts['level']}: any CPU with AVX2 and FMA)")
-    if cpu.native_path(cpu.flags()) != TARGET_PATH:
+        unpack(target, facts, caches.folder("graphs") / name)
+    say(f"{USING} ({target.level}: {target.runs_on})")
+    if cpu.native_path(cpu.flags()) != target.path:
         compile_own_in_background(options)
     return name
 
@@ -171,15 +204,15 @@ def graph_digest(graph) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def unpack(facts: dict, folder: Path) -> None:
-    """The shipped graph into ``folder`` as a saved graph (MEF, MAX's
-    manifest, the build's facts), whole or not at all."""
+def unpack(target: Target, facts: dict, folder: Path) -> None:
+    """The graph shipped for ``target`` into ``folder`` as a saved graph
+    (MEF, MAX's manifest, the build's facts), whole or not at all."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     try:
-        with gzip.open(SHIPPED / facts["file"]) as packed, open(staging / facts["mef"], "wb") as out:
+        with gzip.open(target.folder / facts["file"]) as packed, open(staging / facts["mef"], "wb") as out:
             shutil.copyfileobj(packed, out)
-        shutil.copy(SHIPPED / saved_graphs.MANIFEST, staging / saved_graphs.MANIFEST)
+        shutil.copy(target.folder / saved_graphs.MANIFEST, staging / saved_graphs.MANIFEST)
         (staging / saved_graphs.FACTS).write_text(json.dumps(facts["build"]))
         os.rename(staging, folder)
     except OSError:  # another process unpacked it first, or the disk is full: compile as before

@@ -19,15 +19,16 @@ from pathlib import Path
 from model import caches, cpu, saved_graphs
 from model.max_internals import WARM_STORE
 from model.portable import (
-    LEVEL,
     MODEL,
     ROOT,
     SHIPPED,
-    TARGET,
+    TARGETS,
+    Target,
     config_facts,
     graph_digest,
     kernels_digest,
     shipped_facts,
+    this_machines,
 )
 
 
@@ -49,13 +50,19 @@ def traced_digest(options, config) -> str:
     return graph_digest(traced_graph(config, options))
 
 
-def make(out: Path) -> int:
-    """Compile the shipped build for the target in this process (whose MAX
+def make(target: Target, out: Path) -> int:
+    """Compile the shipped build for ``target`` in this process (whose MAX
     and project caches the caller pointed at empty folders), and write it
     to ``out``: the MEF gzipped, MAX's manifest, and ``facts.json``."""
     from max import driver
 
-    driver.set_virtual_cpu_target(TARGET)  # before the process's first device
+    if target is this_machines():
+        driver.set_virtual_cpu_target(target.descriptor)  # before the process's first device
+    else:  # another architecture: compiled, never initialised here (it could not run)
+        from model.targets import Target as CompileTarget
+        from model.targets import enter_virtual_mode
+
+        enter_virtual_mode(CompileTarget(target.runs_on, cpu=target.descriptor))
     from model.gpt2 import load_gpt2
 
     gpt2 = load_gpt2(MODEL, device="cpu", dtype="float32", with_tokenizer=False)
@@ -70,7 +77,7 @@ def make(out: Path) -> int:
     mef = saved / entry["key"]
     digest = traced_digest(options, config)
     version = importlib.metadata.version("max")
-    file = f"gpt2-demo-{LEVEL}-max{version}-{digest}.mef.gz"
+    file = f"gpt2-demo-{target.level}-max{version}-{digest}.mef.gz"
     try:
         before = json.loads((out / "facts.json").read_text())
     except (OSError, ValueError):
@@ -87,15 +94,15 @@ def make(out: Path) -> int:
         with open(mef, "rb") as raw, gzip.GzipFile(out / file, "wb", mtime=0) as packed:
             shutil.copyfileobj(raw, packed)
         shutil.copy(saved / saved_graphs.MANIFEST, out / saved_graphs.MANIFEST)
-    facts = {"max": version, "level": LEVEL, "target": TARGET, "graph": digest, "kernels": kernels,
+    facts = {"max": version, "level": target.level, "target": target.descriptor, "graph": digest, "kernels": kernels,
              "config": config_facts(config),
              "sources": saved_graphs.sources_digest(options.impl), "file": file, "mef": entry["key"],
              "mef_bytes": before["mef_bytes"] if same else mef.stat().st_size,
              "build": json.loads((saved / saved_graphs.FACTS).read_text()),
              "made_by": "python -m model.portable make"}
     (out / "facts.json").write_text(json.dumps(facts, indent=1) + "\n")
-    write_notice(out, version)
-    print(f"{out / file}: {mef.stat().st_size / 1e6:.2f} MB compiled for {LEVEL}, "
+    write_notice(out.parent, version)
+    print(f"{out / file}: {mef.stat().st_size / 1e6:.2f} MB compiled for {target.level}, "
           f"{(out / file).stat().st_size / 1e6:.2f} MB gzipped; {gpt2.compile_seconds:.1f} s to compile"
           + ("; the same graph as the file already there, which is kept" if same else ""))
     return 0
@@ -107,7 +114,7 @@ ATTRIBUTION = ("MAX is licensed by Modular Inc under the Modular MAX Community L
                "FROM, OUT OF OR IN CONNECTION WITH USE OF MAX OR ANY DERIVATIVE WORK THEREOF.")
 
 
-def write_notice(out: Path, version: str, what: str = "The compiled graph in this folder was made by "
+def write_notice(out: Path, version: str, what: str = "Each compiled graph in the folders here was made by "
                  "`python -m model.portable make`") -> None:
     """A compiled file holds MAX's kernels in object code: the licence's
     terms (section 1.1.3: displayed with each copy) and its attribution
@@ -122,29 +129,38 @@ def write_notice(out: Path, version: str, what: str = "The compiled graph in thi
 
 
 def check() -> int:
-    """Whether the shipped graph is what ``make`` would write for this code: 0 if so."""
+    """Whether each shipped graph is what ``make`` would write for this code: 0 if so."""
     from model.course import config_class
     from model.options import BuildOptions
     from weights import open_checkpoint
 
-    facts = shipped_facts()
-    if facts is None:
-        print(f"no shipped graph in {SHIPPED.relative_to(ROOT)}: python -m model.portable make")
-        return 1
     options = BuildOptions(device="cpu", dtype="float32")
     config = open_checkpoint(MODEL).config_as(config_class(options.impl))
     version, digest = importlib.metadata.version("max"), traced_digest(options, config)
-    stale = [what for what, ok in (("MAX's version", facts["max"] == version), ("the graph", facts["graph"] == digest),
-                                   ("the Mojo kernels", facts.get("kernels") == kernels_digest()),
-                                   ("the file", (SHIPPED / facts["file"]).is_file())) if not ok]
-    if stale:
-        print(f"the shipped graph is stale ({', '.join(stale)}): python -m model.portable make")
-        return 1
-    print(f"the shipped graph matches this code: {facts['file']}")
-    if facts["sources"] != saved_graphs.sources_digest(options.impl):
-        print("  (made from other source files: a first run traces the model to compare, ~20 s on empty caches; "
-              "make it again to skip that)")
-    return 0
+    failed = 0
+    for target in TARGETS.values():
+        facts = shipped_facts(target)
+        where = target.folder.relative_to(ROOT)
+        if facts is None:
+            print(f"no shipped graph in {where}: python -m model.portable make --target {target.level}")
+            failed = 1
+            continue
+        stale = [what for what, ok in (("MAX's version", facts["max"] == version),
+                                       ("the graph", facts["graph"] == digest),
+                                       ("the Mojo kernels", facts.get("kernels") == kernels_digest()),
+                                       ("the target", facts["level"] == target.level
+                                        and facts["target"] == target.descriptor),
+                                       ("the file", (target.folder / facts["file"]).is_file())) if not ok]
+        if stale:
+            print(f"the graph shipped for {target.level} is stale ({', '.join(stale)}): "
+                  f"python -m model.portable make --target {target.level}")
+            failed = 1
+            continue
+        print(f"the graph shipped for {target.level} matches this code: {where / facts['file']}")
+        if facts["sources"] != saved_graphs.sources_digest(options.impl):
+            print("  (made from other source files: a first run traces the model to compare, ~20 s on empty caches; "
+                  "make it again to skip that)")
+    return failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,10 +170,14 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=shipped.__doc__.split("\n\n", 1)[1])
     sub = p.add_subparsers(dest="command", required=True, metavar="{make,check}")
-    made = sub.add_parser("make", help=f"compile the demo's graph for {LEVEL} from empty caches, write it")
-    made.add_argument("--out", type=Path, default=SHIPPED, help="where to write it (default: %(default)s)")
+    made = sub.add_parser("make", help=f"compile the demo's graph for {' and '.join(TARGETS)} from empty "
+                          "caches (each in a process of its own), write them")
+    made.add_argument("--target", choices=TARGETS, action="append",
+                      help="only this target (again for more; default: every one)")
+    made.add_argument("--out", type=Path, default=SHIPPED,
+                      help="where to write them, a folder per target (default: %(default)s)")
     made.add_argument("--here", action="store_true", help=argparse.SUPPRESS)  # the child, caches already empty
-    sub.add_parser("check", help="exit 1 when the shipped graph no longer matches what this code traces, "
+    sub.add_parser("check", help="exit 1 when a shipped graph no longer matches what this code traces, "
                    "or was made with other Mojo kernels")
     own = sub.add_parser("own")  # the background compile of this CPU's own graph (not listed)
     own.add_argument("options")
@@ -171,11 +191,16 @@ def main(argv: list[str] | None = None) -> int:
         load_gpt2(MODEL, BuildOptions(**json.loads(args.options)), with_tokenizer=False)
         return 0
     if args.here:
-        return make(args.out)
-    with tempfile.TemporaryDirectory(prefix="gpt2-portable-") as empty:
-        env = empty_caches_env(Path(empty))
-        command = [sys.executable, "-m", "model.portable", "make", "--here", "--out", str(args.out.resolve())]
-        return subprocess.run(command, env=env, cwd=ROOT).returncode
+        [level] = args.target
+        return make(TARGETS[level], args.out / level)
+    for level in args.target or TARGETS:
+        with tempfile.TemporaryDirectory(prefix="gpt2-portable-") as empty:
+            env = empty_caches_env(Path(empty))
+            command = [sys.executable, "-m", "model.portable", "make", "--here", "--target", level,
+                       "--out", str(args.out.resolve())]
+            if done := subprocess.run(command, env=env, cwd=ROOT).returncode:
+                return done
+    return 0
 
 
 if __name__ == "__main__":
