@@ -41,7 +41,7 @@ def check_step(step: str, learner_path: Path, color: bool, quiet: bool = False) 
     if module.USES_MAX:
         from checker import eager_kernels
 
-        eager_kernels.use()  # the kernels shipped for x86-64-v3, where this CPU runs them
+        eager_kernels.use()  # the kernels shipped for this machine's CPU level, where this CPU runs them
         maxrun.collect_compiles()
     start = time.perf_counter()
     solution_path = entry.solution

@@ -73,7 +73,7 @@ def interpreter():
     CPU in float32 here, beside the numpy inputs."""
     from checker import eager_kernels
 
-    eager_kernels.use()  # the kernels shipped for x86-64-v3, where this machine can take them (once)
+    eager_kernels.use()  # the kernels shipped for this machine's CPU level, where it can take them (once)
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental.tensor import default_device, default_dtype

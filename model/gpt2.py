@@ -27,8 +27,9 @@
                           (kept by model/caches.py)
     model/saved_graphs.py the compiled graph saved as a MEF, driven directly on
                           later starts (nothing traced)
-    model/portable/       the demo's graph compiled for x86-64-v3, shipped with
-                          the project: used where the CPU can run it
+    model/portable/       the demo's graph compiled for x86-64-v3 and Arm's
+                          Neoverse N1, shipped with the project: used where the
+                          CPU can run it
     model/runtime.py      GPT2: the cache, one graph call, logits on the host
     model/generate.py     prefill once, then one token per step; sampling.py picks
 """

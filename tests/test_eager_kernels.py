@@ -4,6 +4,7 @@ compiles as before) where it cannot."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import tarfile
@@ -17,7 +18,7 @@ from checker import eager_kernels
 from checker.eager_kernels.__main__ import COMPILED_NOTE, empty_caches_env, pack
 from model import cpu
 from model.max_internals import WARM_STORE, eager_families
-from model.portable import X86
+from model.portable import TARGETS, X86
 
 FACTS = eager_kernels.shipped_facts()
 NOT_HERE = eager_kernels.unusable_here(FACTS)
@@ -33,15 +34,21 @@ def no_store(monkeypatch):
     eager_kernels.use.cache_clear()
 
 
-def test_the_archive_holds_every_family_of_this_max_with_its_manifest_and_licence():
-    with tarfile.open(eager_kernels.ARCHIVE, "r:xz") as archive:
+@pytest.mark.parametrize("level", TARGETS)
+def test_each_archive_holds_every_family_of_this_max_with_its_manifest_and_licence(level):
+    """One archive per level the demo's graph ships for: x86-64-v3's and Neoverse N1's."""
+    target = TARGETS[level]
+    facts = eager_kernels.shipped_facts(target)
+    with tarfile.open(eager_kernels.archive_for(target), "r:xz") as archive:
         names = archive.getnames()
         manifest = json.load(archive.extractfile(eager_kernels.MANIFEST))
-    files = sorted(family["file"] for family in FACTS["families"])
+    files = sorted(family["file"] for family in facts["families"])
     assert names == sorted([*files, eager_kernels.MANIFEST])
     assert sorted(manifest["artifacts"]) == files and manifest["graphs"] == []  # MAX's MefStore layout
-    assert sorted(family["family"] for family in FACTS["families"]) == sorted(f.name for f in eager_families())
-    assert FACTS["level"] == eager_kernels.LEVEL and FACTS["ops"] == sum(f["ops"] for f in FACTS["families"])
+    assert sorted(family["family"] for family in facts["families"]) == sorted(f.name for f in eager_families())
+    assert facts["level"] == level and facts["target"] == target.descriptor
+    assert facts["max"] == importlib.metadata.version("max")
+    assert facts["ops"] == sum(f["ops"] for f in facts["families"])
     assert (eager_kernels.HERE / "NOTICE").is_file() and (eager_kernels.HERE / "MAX-LICENSE.txt").stat().st_size > 0
 
 
@@ -61,6 +68,20 @@ def test_a_cpu_max_or_gpu_they_cannot_serve_is_told_why(no_store, monkeypatch):
     monkeypatch.setenv(eager_kernels.USE, "0")
     assert eager_kernels.unusable_here(FACTS, every, gpus=0) == f"{eager_kernels.USE}=0"
     assert eager_kernels.use() == 0 and WARM_STORE not in os.environ
+
+
+def test_an_arm_machine_is_served_arm_s_kernels_and_not_x86_s(no_store, monkeypatch):
+    """Each archive is refused on the other architecture, saying so; Arm's serves a Neoverse N1."""
+    from model import portable
+
+    arm, x86 = (eager_kernels.shipped_facts(target) for target in (portable.ARM, portable.X86))
+    monkeypatch.setattr(portable.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(portable.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(portable.cpu, "is_x86", lambda: False)
+    every = frozenset(portable.ARM.features)
+    assert eager_kernels.unusable_here(arm, every, gpus=0) == ""
+    assert eager_kernels.unusable_here(x86, every, gpus=0) == "Linux x86_64 code, this is Linux on aarch64"
+    assert "lacks asimddp" in eager_kernels.unusable_here(arm, every - {"asimddp"}, gpus=0)
 
 
 def test_they_are_unpacked_once_and_named_for_max(tmp_path, no_store, monkeypatch):

@@ -34,40 +34,99 @@ def test_the_shipped_graph_matches_this_code(capsys):
     assert (portable.SHIPPED / "NOTICE").is_file() and (portable.SHIPPED / "MAX-LICENSE.txt").stat().st_size > 0
 
 
-def test_each_shipped_target_is_one_the_targets_check_compiles_and_names_its_kernel_path():
-    from model import cpu, targets
+def test_each_shipped_target_is_one_the_targets_check_compiles_and_names_its_kernel_path(monkeypatch):
+    from model import targets
 
     compiled = {target.cpu for target in targets.TARGETS.values()}
     for target in portable.TARGETS.values():
         assert target.descriptor in compiled, target.level
-        x86 = target.machine == "x86_64"
-        assert cpu.native_path(frozenset(target.features)) == target.path or not x86, target.level
-    assert portable.ARM.path == "portable"  # what model/cpu.py gives any CPU that is not x86-64
-
-
-def test_each_machine_is_offered_its_architecture_s_graph_and_others_told_why(monkeypatch):
-    """Linux on x86-64 and on Arm each get their own; a Mac is told the graphs are Linux's."""
-    facts = {"max": portable.importlib.metadata.version("max")}
-    for system, machine, target in (("Linux", "x86_64", portable.X86), ("Linux", "aarch64", portable.ARM),
-                                    ("Darwin", "arm64", portable.X86)):
-        monkeypatch.setattr(portable.platform, "system", lambda system=system: system)
-        monkeypatch.setattr(portable.platform, "machine", lambda machine=machine: machine)
-        monkeypatch.setattr(portable.cpu, "is_x86", lambda machine=machine: machine == "x86_64")
-        assert portable.this_machines() is target, machine
-        why = portable.cannot_run(facts["max"], frozenset(target.features), target)
-        assert why == ("" if system == "Linux" else "Linux x86_64 code, this is Darwin on arm64"), machine
-    monkeypatch.setattr(portable.platform, "system", lambda: "Linux")
-    monkeypatch.setattr(portable.platform, "machine", lambda: "aarch64")
-    assert portable.cannot_run(facts["max"], frozenset(portable.ARM.features) - {"asimddp"}, portable.ARM) == \
-        "this CPU lacks asimddp (neoverse-n1 needs them)"
-    assert portable.cannot_run(facts["max"], frozenset(portable.X86.features), portable.X86) == \
-        "Linux x86_64 code, this is Linux on aarch64"
+        monkeypatch.setattr(portable.cpu, "is_x86", lambda target=target: target.machine == "x86_64")
+        assert portable.cpu.native_path(frozenset(target.features)) == target.path, target.level
 
 
 def demo_config():
     from model.course import config_class
 
     return open_checkpoint("demo").config_as(config_class("solutions"))
+
+
+def never_traced():
+    raise AssertionError("traced, though the sources are the ones the graph was made from")
+
+
+def on(monkeypatch, system: str, machine: str) -> None:
+    monkeypatch.setattr(portable.platform, "system", lambda: system)
+    monkeypatch.setattr(portable.platform, "machine", lambda: machine)
+    monkeypatch.setattr(portable.cpu, "is_x86", lambda: machine in ("x86_64", "AMD64"))
+
+
+def test_each_machine_is_offered_its_architecture_s_graph_and_others_told_why(monkeypatch):
+    """Linux on x86-64 and on Arm each get their own; elsewhere none is offered, and each refusal says why."""
+    made_with = portable.importlib.metadata.version("max")
+    for system, machine, target in (("Linux", "x86_64", portable.X86), ("Linux", "aarch64", portable.ARM),
+                                    ("Darwin", "arm64", None), ("Linux", "riscv64", None)):
+        on(monkeypatch, system, machine)
+        assert portable.this_machines() is target, machine
+        if target:
+            assert portable.cannot_run(made_with, frozenset(target.features), target) == "", machine
+    assert portable.cannot_run(made_with, frozenset(portable.X86.features), portable.X86) == \
+        "Linux x86_64 code, this is Linux on riscv64"
+    on(monkeypatch, "Darwin", "arm64")
+    assert portable.cannot_run(made_with, frozenset(portable.ARM.features), portable.ARM) == \
+        "Linux aarch64 code, this is Darwin on arm64"
+    on(monkeypatch, "Linux", "aarch64")
+    assert portable.cannot_run(made_with, frozenset(portable.ARM.features) - {"asimddp"}, portable.ARM) == \
+        "this CPU lacks asimddp (neoverse-n1 needs them)"
+    assert portable.cannot_run(made_with, frozenset(), portable.ARM) == \
+        "this CPU's features could not be read from /proc/cpuinfo"
+    assert portable.cannot_run(made_with, frozenset(portable.X86.features), portable.X86) == \
+        "Linux x86_64 code, this is Linux on aarch64"
+
+
+# /proc/cpuinfo's first processor on an AWS Graviton2 (Neoverse N1), as Linux 6 lists it.
+GRAVITON2 = """processor	: 0
+BogoMIPS	: 243.75
+Features	: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp ssbs
+CPU implementer	: 0x41
+CPU part	: 0xd0c
+"""
+
+
+def test_an_arm_cpu_s_features_line_is_read_and_takes_the_arm_graph(tmp_path, monkeypatch, capsys):
+    """On a mocked Graviton2: the Features line read from /proc/cpuinfo, the Neoverse N1 graph
+    unpacked and named, no background compile (its own path is the graph's)."""
+    info = tmp_path / "cpuinfo"
+    info.write_text(GRAVITON2)
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(info if path == "/proc/cpuinfo" else path,
+                                                                         *a, **k))
+    on(monkeypatch, "Linux", "aarch64")
+    portable.cpu.flags.cache_clear()
+    try:
+        read = portable.cpu.flags()
+    finally:
+        portable.cpu.flags.cache_clear()  # the next caller reads this machine's again
+    assert read >= frozenset(portable.ARM.features) and "ssbs" in read
+    monkeypatch.setattr(portable.cpu, "flags", lambda: read)
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
+    for name in (portable.USE, "GPT2_MAX_KERNEL_PATH", "GPT2_MAX_SAVED_GRAPHS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(portable, "compile_own_in_background", lambda options: pytest.fail("compiled its own"))
+    name = portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced)
+    assert name and portable.saved_graphs.is_saved(name)
+    assert f"{portable.USING} (neoverse-n1:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("level", portable.TARGETS)
+def test_each_shipped_graph_unpacks_into_a_saved_graph(level, tmp_path):
+    """The gzipped MEF, MAX's manifest naming it, and the build's facts: what a first run unpacks."""
+    target = portable.TARGETS[level]
+    facts = portable.shipped_facts(target)
+    folder = tmp_path / "graph"
+    portable.unpack(target, facts, folder)
+    [graph] = json.loads((folder / portable.saved_graphs.MANIFEST).read_text())["graphs"]
+    assert graph["key"] == facts["mef"] and (folder / facts["mef"]).stat().st_size == facts["mef_bytes"]
+    assert json.loads((folder / portable.saved_graphs.FACTS).read_text()) == facts["build"]
 
 
 @pytest.mark.parametrize("level", portable.TARGETS)

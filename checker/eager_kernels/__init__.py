@@ -1,6 +1,7 @@
 """MAX's eager kernels, shipped with the project: a first check in seconds, no warm step.
 
-    python -m checker.eager_kernels make     # compile them for x86-64-v3 from empty caches, write them here
+    python -m checker.eager_kernels make     # compile them for this machine's level from empty caches, write them here
+    python -m checker.eager_kernels make --target neoverse-n1   # for Arm's, from any machine
     python -m checker.eager_kernels check    # each step's first check on empty caches: does one compile?
     python -m checker.eager_kernels warm     # make this machine ready: these where they serve, else MAX's warm
 
@@ -11,20 +12,20 @@ compiles each op's kernel the first time a machine meets it (20-70 s each on 2
 cores), or all of them at once with ``max warm-interpreter-cache`` (14-29 min),
 and caches them. The project ships every eager op family's kernels (MAX's
 whole "sweep", one kernel per op and dtype, as the warm compiles it), compiled
-for x86-64-v3 (the level of the shipped demo graph, model/portable: AVX2, FMA,
-BMI1/2, F16C, LZCNT, MOVBE), one MEF file per family with MAX's manifest, in
-one xz archive here with their index (``facts.json``). They depend on MAX's
-version only, not on this project's code.
+for each CPU level the demo's graph is shipped for (model/portable: x86-64-v3,
+and Arm's Neoverse N1, compiled on x86-64), one MEF file per family with MAX's
+manifest, in one xz archive per level here (``LEVEL.tar.xz``) with their index
+(``LEVEL.json``). They depend on MAX's version only, not on this project's code.
 
-``use()``, called before the checks and by the test suite: on a CPU with every
-feature of x86-64-v3, with the MAX they were made with and no GPU in sight, it
-unpacks the archive once into the project's cache and names that folder in
-``MAX_EAGER_WARM_STORE`` (for this process and the ones it starts): MAX's own
-way to take a warm made elsewhere, each family loaded the first time it is
-met, nothing compiled (model/max_internals.py says how). Not MAX's disk cache:
-its keys include the host CPU's model, so a cache made on one CPU model misses
-on every other. Elsewhere nothing changes. ``GPT2_MAX_SHIPPED_KERNELS=0``
-turns this off.
+``use()``, called before the checks and by the test suite: on Linux on a CPU
+with every feature of this machine's level, with the MAX they were made with
+and no GPU in sight, it unpacks that archive once into the project's cache and
+names that folder in ``MAX_EAGER_WARM_STORE`` (for this process and the ones
+it starts): MAX's own way to take a warm made elsewhere, each family loaded
+the first time it is met, nothing compiled (model/max_internals.py says how).
+Not MAX's disk cache: its keys include the host CPU's model, so a cache made
+on one CPU model misses on every other. Elsewhere nothing changes.
+``GPT2_MAX_SHIPPED_KERNELS=0`` turns this off.
 """
 
 from __future__ import annotations
@@ -42,20 +43,33 @@ from pathlib import Path
 
 from model import caches
 from model.max_internals import WARM_STORE
-from model.portable import X86, cannot_run
+from model.portable import TARGETS, X86, Target, cannot_run, this_machines
 
 HERE = Path(__file__).resolve().parent
-LEVEL = X86.level  # the kernels are compiled for the shipped graph's x86 level
-ARCHIVE = HERE / f"{LEVEL}.tar.xz"
-FACTS = HERE / "facts.json"
+
+
+def archive_for(target: Target) -> Path:
+    return HERE / f"{target.level}.tar.xz"
+
+
+def facts_for(target: Target) -> Path:
+    return HERE / f"{target.level}.json"
+
+
+# This machine's (x86-64-v3's where none is, refused there saying why): the kernels are compiled
+# for the levels the demo's graph is shipped for (model/portable).
+LEVEL = (this_machines() or X86).level
+ARCHIVE = archive_for(this_machines() or X86)
+FACTS = facts_for(this_machines() or X86)
 USE = "GPT2_MAX_SHIPPED_KERNELS"  # "0": never use them
 MANIFEST = "manifest.json"  # MAX's MefStore index, in the archive beside the MEF files
 
 
-def shipped_facts() -> dict | None:
-    """What the shipped kernels were made with, and their index (None when there are none)."""
+def shipped_facts(target: Target | None = None) -> dict | None:
+    """What the kernels shipped for ``target`` (this machine's) were made with, and their index
+    (None when there are none)."""
     try:
-        return json.loads(FACTS.read_text())
+        return json.loads((FACTS if target is None else facts_for(target)).read_text())
     except (OSError, ValueError):
         return None
 
@@ -67,7 +81,7 @@ def ours(store: str | None) -> bool:
 
 def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None, gpus: int | None = None) -> str:
     """Why the shipped kernels cannot serve this process, in words ("" when they can)."""
-    if facts is None or not ARCHIVE.is_file():
+    if facts is None or not archive_for(TARGETS[facts["level"]]).is_file():
         return "none are shipped"
     if os.environ.get(USE, "1") == "0":
         return f"{USE}=0"
@@ -75,7 +89,7 @@ def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None, g
         return "MAX_EAGER_EXECUTOR is set"  # another executor: the interpreter's kernels may not be what runs
     if os.environ.get(WARM_STORE) and not ours(os.environ[WARM_STORE]):
         return f"{WARM_STORE} names another store"
-    why = cannot_run(facts["max"], cpu_flags)
+    why = cannot_run(facts["max"], cpu_flags, TARGETS[facts["level"]])
     if why:
         return why
     if gpus is None:

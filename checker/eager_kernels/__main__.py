@@ -17,9 +17,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from checker.eager_kernels import ARCHIVE, FACTS, HERE, LEVEL, MANIFEST, shipped_facts, unusable_here, use
+from checker.eager_kernels import (
+    HERE,
+    LEVEL,
+    MANIFEST,
+    archive_for,
+    facts_for,
+    shipped_facts,
+    unusable_here,
+    use,
+)
 from model.max_internals import WARM_STORE
-from model.portable import X86
+from model.portable import TARGETS, Target
 from model.portable import __main__ as portable_make
 
 ROOT = HERE.parents[1]
@@ -34,12 +43,13 @@ def empty_caches_env(folder: Path, **more: str) -> dict[str, str]:
     return env
 
 
-def compile_families(names: list[str], folder: Path) -> int:
-    """A worker of ``make``: compile these families' sweeps for the level into
-    ``folder``, one MEF each; one JSON line per family on stdout."""
+def compile_families(target: Target, names: list[str], folder: Path) -> int:
+    """A worker of ``make``: compile these families' sweeps for ``target`` into
+    ``folder``, one MEF each; one JSON line per family on stdout. Compiled
+    only: for another architecture MAX writes the code without loading it."""
     from max import driver
 
-    driver.set_virtual_cpu_target(X86.descriptor)  # before the process's first device
+    driver.set_virtual_cpu_target(target.descriptor)  # before the process's first device
     from max import engine
     from max.driver import CPU
 
@@ -72,11 +82,11 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def make() -> int:
-    """Every eager op family's sweep compiled for the level from empty caches
+def make(target: Target) -> int:
+    """Every eager op family's sweep compiled for ``target`` from empty caches
     (``os.cpu_count()`` worker processes, the families dealt between them),
-    MAX's manifest for them, packed into ARCHIVE; their index and figures into
-    FACTS."""
+    MAX's manifest for them, packed into its archive; their index and figures
+    into its facts file."""
     from max import engine
 
     from model.device import accelerator_count
@@ -91,8 +101,8 @@ def make() -> int:
     with tempfile.TemporaryDirectory(prefix="gpt2-eager-kernels-") as work:
         out, empty = Path(work) / "store", Path(work) / "caches"
         out.mkdir()
-        workers = [subprocess.Popen([sys.executable, "-m", "checker.eager_kernels", "make", "--families",
-                                     ",".join(names[i::jobs]), "--into", str(out)],
+        workers = [subprocess.Popen([sys.executable, "-m", "checker.eager_kernels", "make", "--target", target.level,
+                                     "--families", ",".join(names[i::jobs]), "--into", str(out)],
                                     env=empty_caches_env(empty), cwd=ROOT, stdout=subprocess.PIPE, text=True)
                    for i in range(jobs)]
         families = []
@@ -117,18 +127,18 @@ def make() -> int:
             store.claim_export_artifact(family["file"])
             family.update(bytes=(out / family["file"]).stat().st_size, sha256=sha256(out / family["file"]))
         store.write_manifest()
-        pack([*(out / f["file"] for f in families), out / MANIFEST], ARCHIVE)
+        pack([*(out / f["file"] for f in families), out / MANIFEST], archive := archive_for(target))
     version = importlib.metadata.version("max")
-    facts = {"max": version, "level": LEVEL, "target": X86.descriptor,
+    facts = {"max": version, "level": target.level, "target": target.descriptor,
              "made_by": "python -m checker.eager_kernels make",
              "workers": jobs, "seconds": round(time.perf_counter() - start, 1), "ops": sum(f["ops"] for f in families),
              "mef_bytes": sum(f["bytes"] for f in families), "families": families}
-    FACTS.write_text(json.dumps(facts, indent=1) + "\n")
-    portable_make.write_notice(HERE, version,
-                               f"The archive {ARCHIVE.name} was made by `python -m checker.eager_kernels make`")
-    print(f"{ARCHIVE.relative_to(ROOT)}: {facts['ops']} kernels in {len(families)} families compiled for {LEVEL} "
-          f"in {facts['seconds']:.0f} s ({jobs} workers), {facts['mef_bytes'] / 1e6:.1f} MB of MEF files, "
-          f"{ARCHIVE.stat().st_size / 1e3:.0f} kB packed")
+    facts_for(target).write_text(json.dumps(facts, indent=1) + "\n")
+    portable_make.write_notice(HERE, version, "Each archive here (LEVEL.tar.xz) was made by "
+                               "`python -m checker.eager_kernels make`")
+    print(f"{archive.relative_to(ROOT)}: {facts['ops']} kernels in {len(families)} families compiled for "
+          f"{target.level} in {facts['seconds']:.0f} s ({jobs} workers), {facts['mef_bytes'] / 1e6:.1f} MB of MEF "
+          f"files, {archive.stat().st_size / 1e3:.0f} kB packed")
     return 0
 
 
@@ -185,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=shipped.__doc__.split("\n\n", 1)[1])
     sub = p.add_subparsers(dest="command", required=True, metavar="{make,check,warm}")
-    made = sub.add_parser("make", help=f"compile every eager op family of MAX for {LEVEL} from empty caches; "
-                                       f"write them to {ARCHIVE.relative_to(ROOT)}")
+    made = sub.add_parser("make", help="compile every eager op family of MAX for a CPU level from empty caches; "
+                                       f"write them to {HERE.relative_to(ROOT)}/LEVEL.tar.xz")
+    made.add_argument("--target", choices=TARGETS, default=LEVEL,
+                      help="the CPU level (default: this machine's, %(default)s)")
     made.add_argument("--families", help=argparse.SUPPRESS)  # a worker: these families, caches already empty
     made.add_argument("--into", type=Path, help=argparse.SUPPRESS)
     checked = sub.add_parser("check", help="time each step's first check on empty caches (each in its own process); "
@@ -200,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         return check([s.zfill(2) for s in args.steps])
     if args.command == "warm":
         return warm(args.check)
-    return compile_families(args.families.split(","), args.into) if args.families else make()
+    target = TARGETS[args.target]
+    return compile_families(target, args.families.split(","), args.into) if args.families else make(target)
 
 
 if __name__ == "__main__":

@@ -94,16 +94,23 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def this_machines() -> Target:
-    """The target shipped for this machine's architecture (x86-64-v3 where none is: its refusal says why)."""
-    machine = "x86_64" if cpu.is_x86() else platform.machine().lower()
-    return next((target for target in TARGETS.values() if target.machine == machine), X86)
+def host_machine() -> str:
+    """This machine's architecture as the targets name theirs."""
+    return "x86_64" if cpu.is_x86() else platform.machine().lower()
+
+
+def this_machines() -> Target | None:
+    """The target shipped for this machine (Linux on its architecture); None where none is."""
+    if platform.system() != "Linux":
+        return None
+    return next((target for target in TARGETS.values() if target.machine == host_machine()), None)
 
 
 def shipped_facts(target: Target | None = None) -> dict | None:
-    """What the graph shipped for ``target`` (this machine's) was made from (None when there is none)."""
+    """What the graph shipped for ``target`` (default: this machine's) was made from (None when there is none)."""
+    target = target or this_machines()
     try:
-        return json.loads(((target or this_machines()).folder / "facts.json").read_text())
+        return json.loads((target.folder / "facts.json").read_text()) if target else None
     except (OSError, ValueError):
         return None
 
@@ -144,9 +151,12 @@ def cannot_run(made_with: str, cpu_flags: frozenset[str] | None = None, target: 
     version = importlib.metadata.version("max")
     if made_with != version:
         return f"made with MAX {made_with}, this is MAX {version}"
-    if this_machines() is not target or platform.system() != "Linux":
+    if platform.system() != "Linux" or host_machine() != target.machine:
         return f"Linux {target.machine} code, this is {platform.system()} on {platform.machine()}"
-    lacking = [flag for flag in target.features if flag not in (cpu.flags() if cpu_flags is None else cpu_flags)]
+    cpu_flags = cpu.flags() if cpu_flags is None else cpu_flags
+    if not cpu_flags:
+        return "this CPU's features could not be read from /proc/cpuinfo"
+    lacking = [flag for flag in target.features if flag not in cpu_flags]
     if lacking:
         return f"this CPU lacks {', '.join(lacking)} ({target.level} needs them)"
     return ""
@@ -160,10 +170,11 @@ def saved_name(options, config, trace) -> str | None:
     ``trace()``: the build's graph, traced (model/gpt2.py's traced_graph),
     asked for only when the source files are not the ones it was made from."""
     target = this_machines()
-    facts = shipped_facts(target)
+    facts = shipped_facts(target or X86)  # (any target's facts say whether the build is the shipped one)
     if facts is None or not is_the_shipped_build(facts, options, config) or cpu.virtual_target():
         return None  # (a process compiling for another CPU, as the targets check and make do, compiles)
-    why = unusable_here(facts)
+    why = unusable_here(facts) if target else \
+        f"none is shipped for {platform.system()} on {platform.machine()} (Linux on {' or '.join(TARGETS)} only)"
     if why:
         say(f"not {USING}: {why}")
         return None
@@ -175,6 +186,9 @@ def saved_name(options, config, trace) -> str | None:
             say(f"not {USING}: {changed} (python -m model.portable make writes a new one)")
             return None
         unpack(target, facts, caches.folder("graphs") / name)
+        if not saved_graphs.is_saved(name):
+            say(f"not {USING}: it could not be unpacked from {target.folder}")
+            return None
     say(f"{USING} ({target.level}: {target.runs_on})")
     if cpu.native_path(cpu.flags()) != target.path:
         compile_own_in_background(options)

@@ -28,7 +28,6 @@ from model.portable import (
     graph_digest,
     kernels_digest,
     shipped_facts,
-    this_machines,
 )
 
 
@@ -54,15 +53,12 @@ def make(target: Target, out: Path) -> int:
     """Compile the shipped build for ``target`` in this process (whose MAX
     and project caches the caller pointed at empty folders), and write it
     to ``out``: the MEF gzipped, MAX's manifest, and ``facts.json``."""
-    from max import driver
+    from model.targets import Target as CompileTarget
+    from model.targets import enter_virtual_mode
 
-    if target is this_machines():
-        driver.set_virtual_cpu_target(target.descriptor)  # before the process's first device
-    else:  # another architecture: compiled, never initialised here (it could not run)
-        from model.targets import Target as CompileTarget
-        from model.targets import enter_virtual_mode
-
-        enter_virtual_mode(CompileTarget(target.runs_on, cpu=target.descriptor))
+    # Compiled, never initialised here (before the process's first device): this machine need not
+    # run the target's code, which another architecture's, or x86-64-v3's on an older x86-64, could not.
+    enter_virtual_mode(CompileTarget(target.runs_on, cpu=target.descriptor))
     from model.gpt2 import load_gpt2
 
     gpt2 = load_gpt2(MODEL, device="cpu", dtype="float32", with_tokenizer=False)
@@ -86,7 +82,8 @@ def make(target: Target, out: Path) -> int:
     # the file already there is kept, so that git's history does not grow by one at each make.
     kernels = kernels_digest()
     same = (before.get("file") == file and before.get("mef") == entry["key"] and before.get("kernels") == kernels
-            and (out / file).is_file())
+            and before.get("target") == target.descriptor and "mef_bytes" in before
+            and (out / file).is_file() and (out / saved_graphs.MANIFEST).is_file())
     if not same:
         for old in out.glob("*.mef.gz"):
             old.unlink()
@@ -150,7 +147,9 @@ def check() -> int:
                                        ("the Mojo kernels", facts.get("kernels") == kernels_digest()),
                                        ("the target", facts["level"] == target.level
                                         and facts["target"] == target.descriptor),
-                                       ("the file", (target.folder / facts["file"]).is_file())) if not ok]
+                                       ("the file", (target.folder / facts["file"]).is_file()),
+                                       ("MAX's manifest", (target.folder / saved_graphs.MANIFEST).is_file()))
+                 if not ok]
         if stale:
             print(f"the graph shipped for {target.level} is stale ({', '.join(stale)}): "
                   f"python -m model.portable make --target {target.level}")
