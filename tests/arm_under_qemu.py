@@ -19,8 +19,11 @@ which ``mojo build`` reaches as ``cc``. ``run`` runs the app there, each precisi
 its own with a cache folder of its own (``$ARM_ROOT/cache``), and compares its
 greedy text after a short prompt and after a long one (over 16 tokens) with the ones
 this machine's native build writes (q4_0 packs bands of
-8 rows on Arm, against 16 or 32 on x86: model/cpu.py); then checks steps 01-03
-with the solutions. Times are the emulator's, not Arm's.
+8 rows on Arm, against 16 or 32 on x86: model/cpu.py); a line says when the
+run used the graph shipped for Neoverse N1 (float32, the default build: model/portable)
+rather than compiling. Then it checks steps 01-03 with the solutions (with the eager
+kernels shipped for Neoverse N1, nothing compiles: ``python -m checker.eager_kernels
+check`` run under the same environment times every step). Times are the emulator's, not Arm's.
 """
 
 from __future__ import annotations
