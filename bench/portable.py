@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rounds and --new-tokens must be at least 1")
     target = portable.this_machines()
     facts = portable.shipped_facts(target) if target else None
-    why = portable.cannot_run(facts["max"], target=target) if facts else "no graph is shipped for this machine"
+    why = (portable.none_shipped_here() or (f"no shipped graph in {target.folder}" if facts is None else
+                                           portable.cannot_run(facts["max"], target=target)))
     if why:
         p.error(f"the shipped graph cannot run here: {why}")
     folder = caches.folder("portable-bench")

@@ -28,7 +28,7 @@ from model.max_internals import build_kv_cache_ops, executor_without_background_
 
 SOLUTIONS = ROOT / "solutions"
 
-# MAX's eager kernels shipped for x86-64-v3 CPUs, named for this process and every one it
+# MAX's eager kernels shipped for this machine's CPU level, named for this process and every one it
 # starts: where they serve, no test compiles an eager kernel, and CI needs no `warm` step.
 eager_kernels.use()
 

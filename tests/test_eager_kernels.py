@@ -18,7 +18,7 @@ from checker import eager_kernels
 from checker.eager_kernels.__main__ import COMPILED_NOTE, empty_caches_env, pack
 from model import cpu
 from model.max_internals import WARM_STORE, eager_families
-from model.portable import TARGETS, X86
+from model.portable import TARGETS, none_shipped_here, this_machines
 
 FACTS = eager_kernels.shipped_facts()
 NOT_HERE = eager_kernels.unusable_here(FACTS)
@@ -53,7 +53,9 @@ def test_each_archive_holds_every_family_of_this_max_with_its_manifest_and_licen
 
 
 def test_a_cpu_max_or_gpu_they_cannot_serve_is_told_why(no_store, monkeypatch):
-    every = frozenset(X86.features)
+    if not this_machines():
+        pytest.skip(none_shipped_here())
+    every = frozenset(TARGETS[FACTS["level"]].features)
     if cpu.is_x86():
         assert eager_kernels.unusable_here(FACTS, every, gpus=0) == ""
         assert "avx2" in eager_kernels.unusable_here(FACTS, frozenset({"sse4_2", "avx"}), gpus=0)
@@ -82,6 +84,25 @@ def test_an_arm_machine_is_served_arm_s_kernels_and_not_x86_s(no_store, monkeypa
     assert eager_kernels.unusable_here(arm, every, gpus=0) == ""
     assert eager_kernels.unusable_here(x86, every, gpus=0) == "Linux x86_64 code, this is Linux on aarch64"
     assert "lacks asimddp" in eager_kernels.unusable_here(arm, every - {"asimddp"}, gpus=0)
+
+
+def test_a_machine_no_level_ships_for_is_told_so(no_store, monkeypatch):
+    from model import portable
+
+    monkeypatch.setattr(portable.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(portable.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(portable.cpu, "is_x86", lambda: False)
+    assert eager_kernels.unusable_here(FACTS, frozenset(), gpus=0) == \
+        "none are shipped for Darwin on arm64 (Linux on x86-64-v3 or neoverse-n1 only)"
+
+
+def test_arm_s_archive_unpacks_into_a_folder_of_its_level(tmp_path, no_store, monkeypatch):
+    from model import portable
+
+    monkeypatch.setenv(eager_kernels.caches.CACHE, str(tmp_path))
+    folder = eager_kernels.unpacked(eager_kernels.shipped_facts(portable.ARM))
+    assert folder is not None and folder.name.startswith("neoverse-n1-")
+    assert eager_kernels.intact(folder, eager_kernels.shipped_facts(portable.ARM))
 
 
 def test_they_are_unpacked_once_and_named_for_max(tmp_path, no_store, monkeypatch):

@@ -98,12 +98,13 @@ def test_an_arm_cpu_s_features_line_is_read_and_takes_the_arm_graph(tmp_path, mo
     info = tmp_path / "cpuinfo"
     info.write_text(GRAVITON2)
     real_open = open
-    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(info if path == "/proc/cpuinfo" else path,
-                                                                         *a, **k))
     on(monkeypatch, "Linux", "aarch64")
     portable.cpu.flags.cache_clear()
     try:
-        read = portable.cpu.flags()
+        with monkeypatch.context() as m:
+            m.setattr("builtins.open", lambda path, *a, **k: real_open(info if path == "/proc/cpuinfo" else path,
+                                                                       *a, **k))
+            read = portable.cpu.flags()
     finally:
         portable.cpu.flags.cache_clear()  # the next caller reads this machine's again
     assert read >= frozenset(portable.ARM.features) and "ssbs" in read
@@ -112,9 +113,23 @@ def test_an_arm_cpu_s_features_line_is_read_and_takes_the_arm_graph(tmp_path, mo
     for name in (portable.USE, "GPT2_MAX_KERNEL_PATH", "GPT2_MAX_SAVED_GRAPHS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(portable, "compile_own_in_background", lambda options: pytest.fail("compiled its own"))
+    sources = portable.shipped_facts(portable.ARM)["sources"]  # (an edited source would trace: tested below)
+    monkeypatch.setattr(portable.saved_graphs, "sources_digest", lambda impl: sources)
     name = portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced)
     assert name and portable.saved_graphs.is_saved(name)
     assert f"{portable.USING} (neoverse-n1:" in capsys.readouterr().err
+
+
+def test_where_no_level_ships_a_first_run_says_so_unless_turned_off(monkeypatch, capsys):
+    on(monkeypatch, "Darwin", "arm64")
+    for name in (portable.USE, "GPT2_MAX_KERNEL_PATH", "GPT2_MAX_SAVED_GRAPHS"):
+        monkeypatch.delenv(name, raising=False)
+    assert portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced) is None
+    assert capsys.readouterr().err == (f"not {portable.USING}: none is shipped for Darwin on arm64 "
+                                       "(Linux on x86-64-v3 or neoverse-n1 only)\n")
+    monkeypatch.setenv(portable.USE, "0")
+    assert portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced) is None
+    assert capsys.readouterr().err == f"not {portable.USING}: {portable.USE}=0\n"
 
 
 @pytest.mark.parametrize("level", portable.TARGETS)
@@ -141,7 +156,13 @@ def test_only_the_default_cpu_build_of_the_demo_shape_is_shipped(level):
     assert not portable.is_the_shipped_build(facts, BuildOptions(device="cpu"), deeper)
 
 
+def only_where_a_level_ships():
+    if not portable.this_machines():
+        pytest.skip(portable.none_shipped_here())
+
+
 def test_a_cpu_without_the_targets_features_is_told_why(monkeypatch):
+    only_where_a_level_ships()
     facts = portable.shipped_facts()
     monkeypatch.delenv(portable.USE, raising=False)
     monkeypatch.delenv("GPT2_MAX_KERNEL_PATH", raising=False)
@@ -158,6 +179,7 @@ def test_a_first_run_with_empty_caches_uses_the_shipped_graph(tmp_path):
     """The app with every cache folder empty: the shipped graph, not a
     compile, and the tokens HF's greedy search gives; the second run loads
     it as a saved graph."""
+    only_where_a_level_ships()
     why = portable.unusable_here(portable.shipped_facts())
     if why:
         pytest.skip(f"the shipped graph cannot run here: {why}")
@@ -212,6 +234,7 @@ def test_other_mojo_kernels_make_the_shipped_graph_stale(tmp_path, monkeypatch, 
     whatever the trace."""
     from model.portable import __main__ as make_and_check
 
+    only_where_a_level_ships()
     facts = portable.shipped_facts()
     assert facts["kernels"] == portable.kernels_digest(), "made with other kernels: python -m model.portable make"
     for module in (portable, make_and_check):

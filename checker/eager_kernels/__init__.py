@@ -43,7 +43,7 @@ from pathlib import Path
 
 from model import caches
 from model.max_internals import WARM_STORE
-from model.portable import TARGETS, X86, Target, cannot_run, this_machines
+from model.portable import TARGETS, X86, Target, cannot_run, none_shipped_here, this_machines
 
 HERE = Path(__file__).resolve().parent
 
@@ -81,8 +81,10 @@ def ours(store: str | None) -> bool:
 
 def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None, gpus: int | None = None) -> str:
     """Why the shipped kernels cannot serve this process, in words ("" when they can)."""
-    if facts is None or not archive_for(TARGETS[facts["level"]]).is_file():
+    if facts is None or facts.get("level") not in TARGETS or not archive_for(TARGETS[facts["level"]]).is_file():
         return "none are shipped"
+    if none_shipped_here():
+        return none_shipped_here().replace("none is shipped", "none are shipped")
     if os.environ.get(USE, "1") == "0":
         return f"{USE}=0"
     if os.environ.get("MAX_EAGER_EXECUTOR"):
@@ -140,8 +142,10 @@ def unpacked(facts: dict) -> Path | None:
     time (whole, or not at all) and checked against the index; None when they
     cannot be (a note says why). Files found damaged are unpacked again. Each
     use marks the folder, so another checkout's, in use, is not dropped."""
-    digest = hashlib.sha256(ARCHIVE.read_bytes()).hexdigest()[:16]
-    folder = caches.folder("eager-kernels") / f"{LEVEL}-{digest}"
+    level = facts["level"]
+    archive = ARCHIVE if level == LEVEL else archive_for(TARGETS[level])
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
+    folder = caches.folder("eager-kernels") / f"{level}-{digest}"
     if folder.is_dir():
         if intact(folder, facts):
             os.utime(folder)
@@ -152,12 +156,12 @@ def unpacked(facts: dict) -> Path | None:
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-        with tarfile.open(ARCHIVE, "r:xz") as archive:
-            archive.extractall(staging, filter="data")
+        with tarfile.open(archive, "r:xz") as packed:
+            packed.extractall(staging, filter="data")
         if not intact(staging, facts, digests=True):
-            raise ValueError(f"{ARCHIVE.name} does not match {FACTS.name}")
+            raise ValueError(f"{archive.name} does not match {level}.json")
         os.rename(staging, folder)
-        drop_stale(folder)
+        drop_stale(folder, level)
     except OSError:  # another process unpacked it first, or the disk is full
         pass
     except (tarfile.TarError, lzma.LZMAError, EOFError, ValueError) as exc:  # the archive is not whole
@@ -168,13 +172,13 @@ def unpacked(facts: dict) -> Path | None:
     return folder if folder.is_dir() and intact(folder, facts) else None
 
 
-def drop_stale(kept: Path) -> None:
-    """Other archives' folders unused for STALE_DAYS, and staging folders left
-    by a process that died, beside ``kept``."""
+def drop_stale(kept: Path, level: str) -> None:
+    """The same level's other archives' folders unused for STALE_DAYS, and
+    staging folders left by a process that died, beside ``kept``."""
     import time
 
     now = time.time()
-    for old in kept.parent.glob(f"{LEVEL}-*"):
+    for old in kept.parent.glob(f"{level}-*"):
         age = now - old.stat().st_mtime
         staging = "." in old.name
         if old != kept and age > (STAGING_HOURS * 3600 if staging else STALE_DAYS * 86400):

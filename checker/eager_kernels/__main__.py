@@ -130,12 +130,13 @@ def make(target: Target) -> int:
         pack([*(out / f["file"] for f in families), out / MANIFEST], archive := archive_for(target))
     version = importlib.metadata.version("max")
     facts = {"max": version, "level": target.level, "target": target.descriptor,
-             "made_by": "python -m checker.eager_kernels make",
+             "made_by": f"python -m checker.eager_kernels make --target {target.level}",
              "workers": jobs, "seconds": round(time.perf_counter() - start, 1), "ops": sum(f["ops"] for f in families),
              "mef_bytes": sum(f["bytes"] for f in families), "families": families}
     facts_for(target).write_text(json.dumps(facts, indent=1) + "\n")
-    portable_make.write_notice(HERE, version, "Each archive here (LEVEL.tar.xz) was made by "
-                               "`python -m checker.eager_kernels make`")
+    archives = ", ".join(f"{level}.tar.xz" for level in TARGETS)
+    portable_make.write_notice(HERE, version, f"Each archive here ({archives}) was made by "
+                               "`python -m checker.eager_kernels make --target LEVEL`")
     print(f"{archive.relative_to(ROOT)}: {facts['ops']} kernels in {len(families)} families compiled for "
           f"{target.level} in {facts['seconds']:.0f} s ({jobs} workers), {facts['mef_bytes'] / 1e6:.1f} MB of MEF "
           f"files, {archive.stat().st_size / 1e3:.0f} kB packed")
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     made = sub.add_parser("make", help="compile every eager op family of MAX for a CPU level from empty caches; "
                                        f"write them to {HERE.relative_to(ROOT)}/LEVEL.tar.xz")
     made.add_argument("--target", choices=TARGETS, default=LEVEL,
-                      help="the CPU level (default: this machine's, %(default)s)")
+                      help="the CPU level (default: %(default)s, this machine's or, where none ships, x86's)")
     made.add_argument("--families", help=argparse.SUPPRESS)  # a worker: these families, caches already empty
     made.add_argument("--into", type=Path, help=argparse.SUPPRESS)
     checked = sub.add_parser("check", help="time each step's first check on empty caches (each in its own process); "

@@ -133,15 +133,27 @@ def is_the_shipped_build(facts: dict, options, config) -> bool:
             and options.graph_facts() == default.graph_facts())
 
 
-def unusable_here(facts: dict, cpu_flags: frozenset[str] | None = None) -> str:
-    """Why the shipped graph ``facts`` describe cannot run here, in words ("" when it can)."""
+def opted_out() -> str:
+    """The setting that turns the shipped graph off here, in words ("" when none does)."""
     if os.environ.get(USE, "1") == "0":
         return f"{USE}=0"
     if not caches.enabled():
         return f"{caches.SAVED_GRAPHS}=0"
     if os.environ.get(cpu.ENV, "auto") != "auto":
         return f"{cpu.ENV} is set"
-    return cannot_run(facts["max"], cpu_flags, TARGETS[facts["level"]])
+    return ""
+
+
+def none_shipped_here() -> str:
+    """Why nothing shipped is for this machine, in words ("" when a level is)."""
+    if this_machines():
+        return ""
+    return f"none is shipped for {platform.system()} on {platform.machine()} (Linux on {' or '.join(TARGETS)} only)"
+
+
+def unusable_here(facts: dict, cpu_flags: frozenset[str] | None = None) -> str:
+    """Why the shipped graph ``facts`` describe cannot run here, in words ("" when it can)."""
+    return opted_out() or cannot_run(facts["max"], cpu_flags, TARGETS[facts["level"]])
 
 
 def cannot_run(made_with: str, cpu_flags: frozenset[str] | None = None, target: Target = X86) -> str:
@@ -173,8 +185,7 @@ def saved_name(options, config, trace) -> str | None:
     facts = shipped_facts(target or X86)  # (any target's facts say whether the build is the shipped one)
     if facts is None or not is_the_shipped_build(facts, options, config) or cpu.virtual_target():
         return None  # (a process compiling for another CPU, as the targets check and make do, compiles)
-    why = unusable_here(facts) if target else \
-        f"none is shipped for {platform.system()} on {platform.machine()} (Linux on {' or '.join(TARGETS)} only)"
+    why = unusable_here(facts) if target else opted_out() or none_shipped_here()
     if why:
         say(f"not {USING}: {why}")
         return None
