@@ -36,9 +36,9 @@ from model.device import GPU_VISIBILITY
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "And it came to pass"
+SHIPPED = portable.this_machines() or portable.X86  # (where none is, main refuses and says why)
 GRAPHS = {  # name: (what it is, the environment its runs add)
-    "shipped": (f"the shipped graph ({(portable.this_machines() or portable.X86).level}, "
-                f"{(portable.this_machines() or portable.X86).path} kernels)", {portable.USE: "1"}),
+    "shipped": (f"the shipped graph ({SHIPPED.level}, {SHIPPED.path} kernels)", {portable.USE: "1"}),
     "own": (f"this CPU's own graph ({cpu.native_path(cpu.flags())} kernels)", {portable.USE: "0"}),
 }
 

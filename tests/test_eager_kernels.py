@@ -140,7 +140,7 @@ def test_a_broken_archive_is_a_note_not_a_crash(tmp_path, no_store, monkeypatch,
     monkeypatch.setenv(eager_kernels.caches.CACHE, str(tmp_path))
     broken = tmp_path / "broken.tar.xz"
     broken.write_bytes(eager_kernels.ARCHIVE.read_bytes()[:100_000])
-    monkeypatch.setattr(eager_kernels, "ARCHIVE", broken)
+    monkeypatch.setattr(eager_kernels, "archive_for", lambda target: broken)
     assert eager_kernels.unpacked(FACTS) is None
     assert "were not unpacked" in capsys.readouterr().err
     assert not list((tmp_path / "eager-kernels").iterdir())  # no half-unpacked folder left

@@ -58,9 +58,10 @@ def facts_for(target: Target) -> Path:
 
 # This machine's (x86-64-v3's where none is, refused there saying why): the kernels are compiled
 # for the levels the demo's graph is shipped for (model/portable).
-LEVEL = (this_machines() or X86).level
-ARCHIVE = archive_for(this_machines() or X86)
-FACTS = facts_for(this_machines() or X86)
+_THIS_MACHINES = this_machines() or X86
+LEVEL = _THIS_MACHINES.level
+ARCHIVE = archive_for(_THIS_MACHINES)
+FACTS = facts_for(_THIS_MACHINES)
 USE = "GPT2_MAX_SHIPPED_KERNELS"  # "0": never use them
 MANIFEST = "manifest.json"  # MAX's MefStore index, in the archive beside the MEF files
 
@@ -83,8 +84,8 @@ def unusable_here(facts: dict | None, cpu_flags: frozenset[str] | None = None, g
     """Why the shipped kernels cannot serve this process, in words ("" when they can)."""
     if facts is None or facts.get("level") not in TARGETS or not archive_for(TARGETS[facts["level"]]).is_file():
         return "none are shipped"
-    if none_shipped_here():
-        return none_shipped_here().replace("none is shipped", "none are shipped")
+    if why := none_shipped_here("none are shipped"):
+        return why
     if os.environ.get(USE, "1") == "0":
         return f"{USE}=0"
     if os.environ.get("MAX_EAGER_EXECUTOR"):
@@ -143,7 +144,7 @@ def unpacked(facts: dict) -> Path | None:
     cannot be (a note says why). Files found damaged are unpacked again. Each
     use marks the folder, so another checkout's, in use, is not dropped."""
     level = facts["level"]
-    archive = ARCHIVE if level == LEVEL else archive_for(TARGETS[level])
+    archive = archive_for(TARGETS[level])
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
     folder = caches.folder("eager-kernels") / f"{level}-{digest}"
     if folder.is_dir():

@@ -144,11 +144,11 @@ def opted_out() -> str:
     return ""
 
 
-def none_shipped_here() -> str:
-    """Why nothing shipped is for this machine, in words ("" when a level is)."""
+def none_shipped_here(none: str = "none is shipped") -> str:
+    """Why nothing shipped is for this machine, in words starting with ``none`` ("" when a level is)."""
     if this_machines():
         return ""
-    return f"none is shipped for {platform.system()} on {platform.machine()} (Linux on {' or '.join(TARGETS)} only)"
+    return f"{none} for {platform.system()} on {platform.machine()} (Linux on {' or '.join(TARGETS)} only)"
 
 
 def unusable_here(facts: dict, cpu_flags: frozenset[str] | None = None) -> str:
