@@ -10,7 +10,9 @@ earlier run, see model/saved_graphs.py), start to first token (process
 start, imports, loading, compiling and the first 16-token prefill), peak
 memory; with --cold-compile also each precision's first run with empty
 caches, as a new user has it: its compile, start to first token and peak
-memory. Each precision runs in its own
+memory (GPT-2 124M's float32 graph, shipped with the project for CPUs with
+AVX2 or Arm's Neoverse N1, is not compiled there: model/portable/). Each
+precision runs in its own
 process, so that its start to first token and peak memory are its own (with
 --rounds, taken from the rounds that loaded a saved graph: a compile is not
 a start). A
@@ -104,11 +106,15 @@ def measure_ours_in_child(folder: Path, dtype: str, device: str, reps: int, new_
                           linear: str = "custom", tree: Path = HERE.parent) -> dict:
     """``measure_ours`` in a fresh process: start-to-first-token and peak
     memory are per process, so each precision gets its own. ``tree``: the
-    checkout whose code runs (bench/ab.py measures another one too)."""
+    checkout whose code runs (bench/ab.py measures another one too). It
+    measures this CPU's own graph, never the one shipped for first runs
+    (model/portable/: on a CPU with AVX-512 its kernels are the avx2 ones)."""
+    from model.portable import USE
+
     args = ["--worker", dtype, "--model", str(folder), "--device", device, "--reps", str(reps),
             "--new-tokens", str(new_tokens), "--linear", linear]
     done = subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, cwd=tree,
-                          env=dict(os.environ))
+                          env=dict(os.environ, **{USE: "0"}))
     if done.returncode != 0:
         raise RuntimeError(f"{dtype}: " + (done.stderr.strip().splitlines() or ["failed"])[-1])
     return json.loads(done.stdout.strip().splitlines()[-1])

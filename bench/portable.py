@@ -1,16 +1,17 @@
-"""``python -m bench.portable``: the demo's shipped graph against this CPU's own.
+"""``python -m bench.portable``: a shipped graph against this CPU's own.
 
-The project ships the demo's graph compiled for x86-64-v3, whose kernels take
-their avx2 path (model/portable/; and for Arm's Neoverse N1, whose portable
-path is every Arm CPU's own, so the ratio is noise there). On a CPU with AVX-512 and VNNI, the app
-uses it on the first run and compiles the CPU's own graph (the avx512-vnni
-path) in the background for the next. This measures what the first runs give
-up: the app's own greedy decode (``python -m model --json``, the demo,
-``--device cpu``) with each graph, each run a fresh process, the two
-alternated for ``--rounds`` rounds, the order swapped every round. It prints
-each one's median decode and prefill, the ratio, and whether both wrote the
-same tokens (they must). On an AVX2 CPU both take the avx2 path: the ratio is
-noise there.
+The project ships the demo's and GPT-2 124M's graphs compiled for x86-64-v3,
+whose kernels take their avx2 path (model/portable/; and for Arm's Neoverse
+N1, whose portable path is every Arm CPU's own, so the ratio is noise there).
+On a CPU with AVX-512 and VNNI, the app uses one on the first run and
+compiles the CPU's own graph (the avx512-vnni path) in the background for
+the next. This measures what the first runs give up: the app's own greedy
+decode (``python -m model --json``, ``--model`` the demo or a random GPT-2
+124M checkpoint, ``--device cpu``) with each graph, each run a fresh
+process, the two alternated for ``--rounds`` rounds, the order swapped every
+round. It prints each one's median decode and prefill, the ratio, and
+whether both wrote the same tokens (they must). On an AVX2 CPU both take the
+avx2 path: the ratio is noise there.
 
 Each graph has its own project cache folder (under this one's
 ``portable-bench``): the shipped graph's runs never compile the CPU's own
@@ -19,6 +20,7 @@ timed: the CPU's own graph compiles then (a minute or more, cached after).
 The runs see no GPU: this is the CPU's bench, on a GPU machine too.
 
     python -m bench.portable --rounds 5
+    python -m bench.portable --model gpt2 --rounds 5
 """
 
 from __future__ import annotations
@@ -43,13 +45,13 @@ GRAPHS = {  # name: (what it is, the environment its runs add)
 }
 
 
-def run_app(graph: str, new_tokens: int, folder: Path) -> dict:
+def run_app(graph: str, model: str, new_tokens: int, folder: Path) -> dict:
     """One run of the app with ``graph``: its JSON line. A run that used the other graph stops the bench."""
     env = dict(os.environ, **GRAPHS[graph][1], **{caches.CACHE: str(folder / graph), portable.BACKGROUND: "0"},
                **dict.fromkeys(GPU_VISIBILITY, ""))
     for name in (cpu.ENV, caches.SAVED_GRAPHS):  # the kernels' own choice; graphs saved, as a user has them
         env.pop(name, None)
-    command = [sys.executable, "-m", "model", "--model", portable.MODEL, "--device", "cpu", "--temperature", "0",
+    command = [sys.executable, "-m", "model", "--model", model, "--device", "cpu", "--temperature", "0",
                "--max-new-tokens", str(new_tokens), "--json", PROMPT]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -65,6 +67,8 @@ def run_app(graph: str, new_tokens: int, folder: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.portable", description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=portable.MODELS, default="demo",
+                   help="whose shipped graph: the demo's, or GPT-2 124M's on a random checkpoint (default: demo)")
     p.add_argument("--rounds", type=int, default=5, help="timed runs of each graph, alternated (default: 5)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens each run decodes (default: 128)")
     p.add_argument("--json", type=Path, help="also write the figures there")
@@ -72,32 +76,34 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.new_tokens < 1:
         p.error("--rounds and --new-tokens must be at least 1")
     target = portable.this_machines()
-    facts = portable.shipped_facts(target) if target else None
-    why = (portable.none_shipped_here() or (f"no shipped graph in {target.folder}" if facts is None else
+    facts = portable.shipped_facts(args.model, target) if target else None
+    why = (portable.none_shipped_here() or (f"no shipped graph in {target.folder(args.model)}" if facts is None else
                                            portable.cannot_run(facts["max"], target=target)))
     if why:
         p.error(f"the shipped graph cannot run here: {why}")
+    model = args.model if args.model == "demo" else str(caches.random_checkpoint(args.model))
     folder = caches.folder("portable-bench")
     runs: dict[str, list[dict]] = {graph: [] for graph in GRAPHS}
     for graph in GRAPHS:  # untimed: the own graph compiles, the shipped one is unpacked
-        first = run_app(graph, args.new_tokens, folder)
+        first = run_app(graph, model, args.new_tokens, folder)
         print(f"{graph}: first run, compile {first['compile_s']:.1f} s", flush=True)
     for round_ in range(args.rounds):
         for graph in (GRAPHS if round_ % 2 == 0 else reversed(GRAPHS)):
-            runs[graph].append(run_app(graph, args.new_tokens, folder))
+            runs[graph].append(run_app(graph, model, args.new_tokens, folder))
             print(f"round {round_ + 1}: {graph} decode {runs[graph][-1]['decode_tokens_per_s']:.1f} tok/s", flush=True)
     medians = {graph: {key: statistics.median(r[key] for r in rs) for key in ("decode_tokens_per_s", "prefill_ms")}
                for graph, rs in runs.items()}
     same = len({tuple(r["tokens"]) for rs in runs.values() for r in rs}) == 1
-    print(f"\n{args.rounds} rounds, {args.new_tokens} new tokens, the demo on {cpu.describe()}:")
+    print(f"\n{args.rounds} rounds, {args.new_tokens} new tokens, {args.model} on {cpu.describe()}:")
     for graph, (what, _) in GRAPHS.items():
         print(f"  {what}: decode {medians[graph]['decode_tokens_per_s']:.1f} tok/s, "
               f"prefill {medians[graph]['prefill_ms']:.1f} ms (medians)")
     ratio = medians["own"]["decode_tokens_per_s"] / medians["shipped"]["decode_tokens_per_s"]
     print(f"  own / shipped decode: {ratio:.2f}x; the same tokens: {'yes' if same else 'NO'}")
     if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu.describe(), "rounds": args.rounds, "new_tokens": args.new_tokens,
-                                         "medians": medians, "runs": runs, "same_tokens": same}, indent=2))
+        args.json.write_text(json.dumps({"model": args.model, "cpu": cpu.describe(), "rounds": args.rounds,
+                                         "new_tokens": args.new_tokens, "medians": medians, "runs": runs,
+                                         "same_tokens": same}, indent=2))
     return 0 if same else 1
 
 

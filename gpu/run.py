@@ -88,9 +88,11 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         "show": [[python, "-m", "checker.show", "07", "--file", "solutions/solution_07.py"],
                  [python, "-m", "model.attention_map", PROMPT, "--model", "demo", "--device", device,
                   "--out", str(logs / "attention.png")]],
-        # The machine's CPU: the demo's shipped graph (avx2 kernels) against the CPU's own, what a first run
-        # gives up on a CPU whose own kernel path is another (docs/gpu.md).
-        "portable": [[python, "-m", "bench.portable", "--rounds", "5", "--json", str(logs / "portable.json")]],
+        # The machine's CPU: the demo's and 124M's shipped graphs (avx2 kernels) against the CPU's own, what a
+        # first run gives up on a CPU whose own kernel path is another (docs/gpu.md).
+        "portable": [[python, "-m", "bench.portable", "--rounds", "5", "--json", str(logs / "portable.json")],
+                     [python, "-m", "bench.portable", "--model", "gpt2", "--rounds", "5",
+                      "--json", str(logs / "portable-gpt2.json")]],
         # The suite as CI runs it (a worker per core, as memory allows), on the CPU (tests/conftest.py hides
         # the GPUs; the GPU's own tests run alone on the card in "tests" and "serve"): on a machine with empty
         # caches, a cold CI on that machine's cores. A line per test as it ends (-v), so a stage stopped at the

@@ -27,9 +27,9 @@
                           (kept by model/caches.py)
     model/saved_graphs.py the compiled graph saved as a MEF, driven directly on
                           later starts (nothing traced)
-    model/portable/       the demo's graph compiled for x86-64-v3 and Arm's
-                          Neoverse N1, shipped with the project: used where the
-                          CPU can run it
+    model/portable/       the demo's and GPT-2 124M's graphs compiled for
+                          x86-64-v3 and Arm's Neoverse N1, shipped with the
+                          project: used where the CPU can run them
     model/runtime.py      GPT2: the cache, one graph call, logits on the host
     model/generate.py     prefill once, then one token per step; sampling.py picks
 """
@@ -69,8 +69,9 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
         raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
     graph_config = as_in_graph(config, placement)  # a GPU's head is wider
     name = saved_graphs.graph_name(options, graph_config)
-    if not saved_graphs.is_saved(name):  # the demo's graph may have come with the project
-        name = portable.saved_name(options, graph_config, lambda: traced_graph(config, options)) or name
+    if not saved_graphs.is_saved(name):  # the demo's and GPT-2 124M's graphs came with the project
+        name = portable.saved_name(options, graph_config, lambda: traced_graph(config, options),
+                                   checkpoint.folder) or name
     if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
         first = "~1-2.5 min on 2 idle CPU cores" if placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
         first += ", longer while other work runs beside it"

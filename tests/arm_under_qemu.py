@@ -6,6 +6,7 @@ Linux machine where you are root, with Debian's package archive and PyPI at hand
     .venv/bin/python tests/arm_under_qemu.py setup    # ~2 min: an aarch64 Python 3.13, MAX's aarch64 wheels, QEMU
     .venv/bin/python tests/arm_under_qemu.py run      # the demo's greedy text at float32, q8_0, q4_0; steps 01-03
     .venv/bin/python tests/arm_under_qemu.py run q8_0 # one precision's texts only
+    .venv/bin/python tests/arm_under_qemu.py run --model gpt2 float32  # GPT-2 124M's shape (a random checkpoint)
 
 ``setup`` puts everything under ``$ARM_ROOT`` (default /tmp/arm): Debian trixie's
 arm64 ``python3.13`` and the libraries it needs, unpacked into a root folder
@@ -21,7 +22,9 @@ greedy text after a short prompt and after a long one (over 16 tokens) with the 
 this machine's native build writes (q4_0 packs bands of
 8 rows on Arm, against 16 or 32 on x86: model/cpu.py); a line says when the
 run used the graph shipped for Neoverse N1 (float32, the default build: model/portable)
-rather than compiling. Then it checks steps 01-03 with the solutions (with the eager
+rather than compiling. ``--model gpt2`` runs a random checkpoint of GPT-2 124M's shape instead of the
+demo (the bench's, written once on this machine; its graph is shipped too), after the short
+prompt only. Then it checks steps 01-03 with the solutions (with the eager
 kernels shipped for Neoverse N1, nothing compiles: ``python -m checker.eager_kernels
 check`` run under the same environment times every step). Times are the emulator's, not Arm's.
 """
@@ -148,13 +151,13 @@ def arm_env() -> dict[str, str]:
                 PYTHONPATH=os.pathsep.join([str(ARM / "site"), str(ROOT)]), XDG_CACHE_HOME=str(ARM / "cache"))
 
 
-def greedy(python_path: str, dtype: str, prompt: str, env: dict) -> tuple[dict, float]:
+def greedy(python_path: str, dtype: str, prompt: str, env: dict, model: str = "demo") -> tuple[dict, float]:
     """The app's JSON line (``shipped``: whether it ran the graph shipped with the project), and its seconds."""
     sys.path.insert(0, str(ROOT))
     from model.portable import USING
 
     start = time.perf_counter()
-    done = subprocess.run([python_path, "-m", "model", "--model", "demo", "--dtype", dtype, "--temperature", "0",
+    done = subprocess.run([python_path, "-m", "model", "--model", model, "--dtype", dtype, "--temperature", "0",
                            "--max-new-tokens", "12", "--json", prompt], capture_output=True, text=True, env=env,
                           cwd=ROOT)
     if done.returncode != 0:
@@ -164,17 +167,22 @@ def greedy(python_path: str, dtype: str, prompt: str, env: dict) -> tuple[dict, 
         time.perf_counter() - start
 
 
-def run(dtypes: list[str], steps: bool) -> int:
+def run(dtypes: list[str], steps: bool, model: str = "demo") -> int:
     register()  # a no-op where the entry is there
     failures = 0
+    if model != "demo":
+        sys.path.insert(0, str(ROOT))
+        from model.caches import random_checkpoint
+
+        model = str(random_checkpoint(model))
     for dtype in dtypes:
-        for n, prompt in enumerate(PROMPTS):
-            here, _ = greedy(sys.executable, dtype, prompt, dict(os.environ))
+        for n, prompt in enumerate(PROMPTS if model == "demo" else PROMPTS[:1]):
+            here, _ = greedy(sys.executable, dtype, prompt, dict(os.environ), model)
             if "tokens" not in here:  # the native run is the reference: run this with the project's Python
                 print(f"{dtype:8} prompt {n + 1} x86-64 FAILED: {here}", flush=True)
                 failures += 1
                 continue
-            there, seconds = greedy(str(python()), dtype, prompt, arm_env())
+            there, seconds = greedy(str(python()), dtype, prompt, arm_env(), model)
             same = "tokens" in there and there["tokens"] == here["tokens"]
             failures += not same
             native = "" if same else f" / x86-64: {here.get('text', here)!r}"
@@ -196,13 +204,18 @@ def main() -> int:
     command = sys.argv[1:2]
     if command == ["setup"]:
         return setup()
-    if command == ["run"]:  # run [DTYPE ...]: those precisions only, no steps
-        dtypes = sys.argv[2:]
+    if command == ["run"]:  # run [--model gpt2] [DTYPE ...]: those precisions only, no steps
+        dtypes, model = sys.argv[2:], "demo"
+        if dtypes[:1] == ["--model"]:
+            model, dtypes = (dtypes[1:2] or ["?"])[0], dtypes[2:]
+            if model not in ("demo", "gpt2"):
+                print(f"unknown model {model!r}: choose from demo, gpt2")
+                return 2
         unknown = [d for d in dtypes if d not in DTYPES]
         if unknown:
             print(f"unknown precision {unknown[0]!r}: choose from {', '.join(DTYPES)}")
             return 2
-        return run(dtypes or list(DTYPES), steps=not dtypes)
+        return run(dtypes or list(DTYPES), steps=not dtypes and model == "demo", model=model)
     print(__doc__)
     return 2
 

@@ -646,7 +646,8 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
 
     real_run_app, calls = portable.run_app, []
 
-    def run_app(graph, new_tokens, folder):
+    def run_app(graph, model, new_tokens, folder):
+        assert model == "demo"
         calls.append(graph)
         rate = {"shipped": 100.0, "own": 150.0}[graph] + len(calls)
         return {"decode_tokens_per_s": rate, "prefill_ms": 10.0, "compile_s": 0.0, "tokens": [1, 2, 3]}
@@ -660,7 +661,7 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
     assert "own / shipped decode: 1.4" in out and "the same tokens: yes" in out
     assert json.loads((tmp_path / "p.json").read_text())["medians"]["own"]["decode_tokens_per_s"] == 155.0
     monkeypatch.setattr(portable, "run_app",
-                        lambda graph, n, folder: {**run_app(graph, n, folder), "tokens": [len(calls)]})
+                        lambda graph, model, n, folder: {**run_app(graph, model, n, folder), "tokens": [len(calls)]})
     assert portable.main(["--rounds", "1"]) == 1 and "the same tokens: NO" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         portable.main(["--rounds", "0"])
@@ -675,11 +676,11 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
 
     monkeypatch.setattr(portable.subprocess, "run", app)
     said["stderr"] = f"{portable.portable.USING} (x86-64-v3: any CPU with AVX2 and FMA)\n"
-    assert real_run_app("shipped", 4, tmp_path)["tokens"] == [1]
+    assert real_run_app("shipped", "demo", 4, tmp_path)["tokens"] == [1]
     assert all(said["env"][name] == "" for name in portable.GPU_VISIBILITY)  # the CPU's bench, on a GPU machine too
     with pytest.raises(SystemExit, match="used the shipped graph"):
-        real_run_app("own", 4, tmp_path)
+        real_run_app("own", "demo", 4, tmp_path)
     said["stderr"] = f"not {portable.portable.USING}: GPT2_MAX_SAVED_GRAPHS=0\n"
     with pytest.raises(SystemExit, match="used another"):
-        real_run_app("shipped", 4, tmp_path)
-    assert real_run_app("own", 4, tmp_path)["tokens"] == [1]
+        real_run_app("shipped", "demo", 4, tmp_path)
+    assert real_run_app("own", "demo", 4, tmp_path)["tokens"] == [1]

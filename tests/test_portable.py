@@ -1,7 +1,7 @@
-"""The demo's compiled graph shipped with the project (model/portable/):
-still what ``python -m model.portable make`` would write for this code, used
-on a first run with empty caches where the CPU can run it, and refused,
-saying why, where it cannot."""
+"""The compiled graphs shipped with the project (model/portable/), the demo's
+and GPT-2 124M's: still what ``python -m model.portable make`` would write
+for this code, used on a first run with empty caches where the CPU can run
+them, and refused, saying why, where they cannot."""
 
 from __future__ import annotations
 
@@ -16,22 +16,53 @@ import pytest
 from checkpoints import demo_reference
 from conftest import pythonpath
 
+from checker import oracle
 from checker.skeleton import ROOT
-from model import portable
+from model import caches, portable
 from model.options import BuildOptions
-from weights import open_checkpoint
+from weights import load_state, load_tokenizer, read_config
+
+SHIPPED = [(model, level) for model in portable.MODELS for level in portable.TARGETS]
 
 
-def test_the_shipped_graph_matches_this_code(capsys):
-    """A change to the model's graph makes this fail until the graph is made again."""
+def test_the_shipped_graphs_match_this_code(capsys):
+    """A change to the model's graph makes this fail until the graphs are made again."""
     from model.portable.__main__ import check
 
     assert check() == 0, capsys.readouterr().out
-    for level, target in portable.TARGETS.items():
-        facts = portable.shipped_facts(target)
-        assert facts["level"] == level and facts["target"] == target.descriptor
-        assert facts["file"].endswith(f"-{facts['graph']}.mef.gz") and (target.folder / facts["file"]).is_file()
+    for model, level in SHIPPED:
+        target = portable.TARGETS[level]
+        facts = portable.shipped_facts(model, target)
+        assert facts["model"] == model and facts["level"] == level and facts["target"] == target.descriptor
+        assert facts["file"].endswith(f"-{facts['graph']}.mef.xz") and (target.folder(model) / facts["file"]).is_file()
     assert (portable.SHIPPED / "NOTICE").is_file() and (portable.SHIPPED / "MAX-LICENSE.txt").stat().st_size > 0
+
+
+# GPT-2 124M's config.json on Hugging Face's hub (openai-community/gpt2), as a download has it.
+HUB_GPT2_CONFIG = {
+    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+    "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+    "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "summary_activation": None,
+    "summary_first_dropout": 0.1, "summary_proj_to_labels": True, "summary_type": "cls_index",
+    "summary_use_proj": True, "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+    "vocab_size": 50257,
+}
+
+
+def test_gpt2_s_shipped_graph_is_the_one_a_hub_download_builds(tmp_path):
+    """``--model gpt2`` reads the hub's config.json: its config must be the shipped graph's, the graph's
+    shape the checkpoint's (the bench's random checkpoint writes the same)."""
+    from model.course import config_class
+
+    (tmp_path / "config.json").write_text(json.dumps(HUB_GPT2_CONFIG))
+    downloaded = read_config(tmp_path, config_class("solutions"))
+    facts = portable.shipped_facts("gpt2", portable.X86)
+    shipped = portable.config_facts(portable.shipped_config("gpt2"))
+    assert portable.config_facts(downloaded) == facts["config"] == shipped
+    assert portable.is_the_shipped_build(facts, BuildOptions(device="cpu"), downloaded)
+    assert portable.shipped_for(BuildOptions(device="cpu"), downloaded, portable.X86) == facts
+    assert portable.shipped_for(BuildOptions(device="cpu"), demo_config(), portable.X86)["model"] == "demo"
 
 
 def test_each_shipped_target_is_one_the_targets_check_compiles_and_names_its_kernel_path(monkeypatch):
@@ -45,9 +76,7 @@ def test_each_shipped_target_is_one_the_targets_check_compiles_and_names_its_ker
 
 
 def demo_config():
-    from model.course import config_class
-
-    return open_checkpoint("demo").config_as(config_class("solutions"))
+    return portable.shipped_config("demo")
 
 
 def never_traced():
@@ -113,9 +142,9 @@ def test_an_arm_cpu_s_features_line_is_read_and_takes_the_arm_graph(tmp_path, mo
     for name in (portable.USE, "GPT2_MAX_KERNEL_PATH", "GPT2_MAX_SAVED_GRAPHS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(portable, "compile_own_in_background", lambda options: pytest.fail("compiled its own"))
-    sources = portable.shipped_facts(portable.ARM)["sources"]  # (an edited source would trace: tested below)
+    sources = portable.shipped_facts("demo", portable.ARM)["sources"]  # (an edited source would trace: tested below)
     monkeypatch.setattr(portable.saved_graphs, "sources_digest", lambda impl: sources)
-    name = portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced)
+    name = portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced, "demo")
     assert name and portable.saved_graphs.is_saved(name)
     assert f"{portable.USING} (neoverse-n1:" in capsys.readouterr().err
 
@@ -124,19 +153,19 @@ def test_where_no_level_ships_a_first_run_says_so_unless_turned_off(monkeypatch,
     on(monkeypatch, "Darwin", "arm64")
     for name in (portable.USE, "GPT2_MAX_KERNEL_PATH", "GPT2_MAX_SAVED_GRAPHS"):
         monkeypatch.delenv(name, raising=False)
-    assert portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced) is None
+    assert portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced, "demo") is None
     assert capsys.readouterr().err == (f"not {portable.USING}: none is shipped for Darwin on arm64 "
                                        "(Linux on x86-64-v3 or neoverse-n1 only)\n")
     monkeypatch.setenv(portable.USE, "0")
-    assert portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced) is None
+    assert portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced, "demo") is None
     assert capsys.readouterr().err == f"not {portable.USING}: {portable.USE}=0\n"
 
 
-@pytest.mark.parametrize("level", portable.TARGETS)
-def test_each_shipped_graph_unpacks_into_a_saved_graph(level, tmp_path):
-    """The gzipped MEF, MAX's manifest naming it, and the build's facts: what a first run unpacks."""
+@pytest.mark.parametrize(("model", "level"), SHIPPED)
+def test_each_shipped_graph_unpacks_into_a_saved_graph(model, level, tmp_path):
+    """The compressed MEF, MAX's manifest naming it, and the build's facts: what a first run unpacks."""
     target = portable.TARGETS[level]
-    facts = portable.shipped_facts(target)
+    facts = portable.shipped_facts(model, target)
     folder = tmp_path / "graph"
     portable.unpack(target, facts, folder)
     [graph] = json.loads((folder / portable.saved_graphs.MANIFEST).read_text())["graphs"]
@@ -144,9 +173,22 @@ def test_each_shipped_graph_unpacks_into_a_saved_graph(level, tmp_path):
     assert json.loads((folder / portable.saved_graphs.FACTS).read_text()) == facts["build"]
 
 
-@pytest.mark.parametrize("level", portable.TARGETS)
-def test_only_the_default_cpu_build_of_the_demo_shape_is_shipped(level):
-    facts, config = portable.shipped_facts(portable.TARGETS[level]), demo_config()
+def test_a_damaged_shipped_file_is_not_unpacked(tmp_path, monkeypatch):
+    """A truncated file (a bad checkout, a full disk) leaves no saved graph: the app then compiles."""
+    target = portable.X86
+    facts = portable.shipped_facts("demo", target)
+    damaged = tmp_path / "shipped"
+    damaged.mkdir()
+    (damaged / facts["file"]).write_bytes((target.folder("demo") / facts["file"]).read_bytes()[:1000])
+    (damaged / portable.saved_graphs.MANIFEST).write_text("{}")
+    monkeypatch.setattr(portable.Target, "folder", lambda self, model: damaged)
+    portable.unpack(target, facts, tmp_path / "graphs" / "g")
+    assert not (tmp_path / "graphs" / "g").exists() and list((tmp_path / "graphs").iterdir()) == []
+
+
+@pytest.mark.parametrize(("model", "level"), SHIPPED)
+def test_only_the_default_cpu_build_of_the_model_s_shape_is_shipped(model, level):
+    facts, config = portable.shipped_facts(model, portable.TARGETS[level]), portable.shipped_config(model)
     assert portable.is_the_shipped_build(facts, BuildOptions(device="cpu"), config)
     for other in (BuildOptions(device="cpu", dtype="q8_0"), BuildOptions(device="cpu", linear="course"),
                   BuildOptions(device="cpu", cache="concat"), BuildOptions(device="cpu", attention_layer=0),
@@ -163,7 +205,7 @@ def only_where_a_level_ships():
 
 def test_a_cpu_without_the_targets_features_is_told_why(monkeypatch):
     only_where_a_level_ships()
-    facts = portable.shipped_facts()
+    facts = portable.shipped_facts("demo")
     monkeypatch.delenv(portable.USE, raising=False)
     monkeypatch.delenv("GPT2_MAX_KERNEL_PATH", raising=False)
     features = frozenset(portable.this_machines().features)
@@ -180,7 +222,7 @@ def test_a_first_run_with_empty_caches_uses_the_shipped_graph(tmp_path):
     compile, and the tokens HF's greedy search gives; the second run loads
     it as a saved graph."""
     only_where_a_level_ships()
-    why = portable.unusable_here(portable.shipped_facts())
+    why = portable.unusable_here(portable.shipped_facts("demo"))
     if why:
         pytest.skip(f"the shipped graph cannot run here: {why}")
     env = {k: v for k, v in os.environ.items() if k not in ("GPT2_MAX_CACHE", "MODULAR_CACHE_DIR")}
@@ -195,6 +237,28 @@ def test_a_first_run_with_empty_caches_uses_the_shipped_graph(tmp_path):
             run, done.stderr)
         tokens = json.loads(done.stdout.strip().splitlines()[-1])["tokens"]
         np.testing.assert_array_equal(tokens, ref["greedy"][0][:8])
+
+
+def test_gpt2_s_first_run_with_empty_caches_uses_its_shipped_graph(tmp_path):
+    """``--model`` a GPT-2 124M checkpoint (the bench's random one: the graph holds no weights) with every
+    cache folder empty: the shipped graph, not a compile, and the numpy oracle's greedy tokens."""
+    only_where_a_level_ships()
+    why = portable.unusable_here(portable.shipped_facts("gpt2"))
+    if why:
+        pytest.skip(f"the shipped graph cannot run here: {why}")
+    folder = caches.random_checkpoint("gpt2")
+    env = {k: v for k, v in os.environ.items() if k not in ("GPT2_MAX_CACHE", "MODULAR_CACHE_DIR")}
+    env.update(XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=pythonpath(ROOT))
+    done = subprocess.run([sys.executable, "-m", "model", "--model", str(folder), "--temperature", "0",
+                           "--max-new-tokens", "4", "--json", "And it came to pass"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert portable.USING in done.stderr and "compiling the model graph" not in done.stderr, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    ids = load_tokenizer(folder).encode(result["prompt"])
+    assert len(ids) == result["prompt_tokens"]
+    weights = load_state(folder, read_config(folder))
+    assert result["tokens"] == oracle.greedy(ids, weights, 12, 4)
 
 
 def test_a_background_compile_of_this_cpus_own_graph(tmp_path, monkeypatch):
@@ -213,18 +277,18 @@ def test_a_background_compile_of_this_cpus_own_graph(tmp_path, monkeypatch):
     monkeypatch.delenv(portable.BACKGROUND, raising=False)
     monkeypatch.setattr(portable.subprocess, "Popen", Child)
     options = BuildOptions(device="cpu")
-    portable.compile_own_in_background(options)
-    portable.compile_own_in_background(options)
+    portable.compile_own_in_background(options, "demo")
+    portable.compile_own_in_background(options, "demo")
     assert len(started) == 1
     command, kwargs = started[0]
-    assert command[1:4] == ["-m", "model.portable", "own"] and kwargs["start_new_session"]
+    assert command[1:4] == ["-m", "model.portable", "own"] and command[-1] == "demo" and kwargs["start_new_session"]
     assert kwargs["env"][portable.USE] == "0" and callable(kwargs["preexec_fn"])
     for env in ({portable.BACKGROUND: "0"}, {"CI": "true"}):
         (tmp_path / "graphs" / ".compiling-own-graph").unlink(missing_ok=True)
         with monkeypatch.context() as m:
             for key, value in env.items():
                 m.setenv(key, value)
-            portable.compile_own_in_background(options)
+            portable.compile_own_in_background(options, "demo")
         assert len(started) == 1, env
 
 
@@ -235,7 +299,7 @@ def test_other_mojo_kernels_make_the_shipped_graph_stale(tmp_path, monkeypatch, 
     from model.portable import __main__ as make_and_check
 
     only_where_a_level_ships()
-    facts = portable.shipped_facts()
+    facts = portable.shipped_facts("demo")
     assert facts["kernels"] == portable.kernels_digest(), "made with other kernels: python -m model.portable make"
     for module in (portable, make_and_check):
         monkeypatch.setattr(module, "kernels_digest", lambda: "0" * 16)
@@ -249,5 +313,5 @@ def test_other_mojo_kernels_make_the_shipped_graph_stale(tmp_path, monkeypatch, 
     def trace():
         raise AssertionError("traced, though the kernels alone refuse it")
 
-    assert portable.saved_name(BuildOptions(device="cpu"), demo_config(), trace) is None
+    assert portable.saved_name(BuildOptions(device="cpu"), demo_config(), trace, "demo") is None
     assert "Mojo kernels are not the ones it was compiled with" in capsys.readouterr().err

@@ -12,7 +12,7 @@ compiles each op's kernel the first time a machine meets it (20-70 s each on 2
 cores), or all of them at once with ``max warm-interpreter-cache`` (14-29 min),
 and caches them. The project ships every eager op family's kernels (MAX's
 whole "sweep", one kernel per op and dtype, as the warm compiles it), compiled
-for each CPU level the demo's graph is shipped for (model/portable: x86-64-v3,
+for each CPU level the compiled graphs are shipped for (model/portable: x86-64-v3,
 and Arm's Neoverse N1, compiled on x86-64), one MEF file per family with MAX's
 manifest, in one xz archive per level here (``LEVEL.tar.xz``) with their index
 (``LEVEL.json``). They depend on MAX's version only, not on this project's code.
@@ -57,7 +57,7 @@ def facts_for(target: Target) -> Path:
 
 
 # This machine's (x86-64-v3's where none is, refused there saying why): the kernels are compiled
-# for the levels the demo's graph is shipped for (model/portable).
+# for the levels the compiled graphs are shipped for (model/portable).
 _THIS_MACHINES = this_machines() or X86
 LEVEL = _THIS_MACHINES.level
 ARCHIVE = archive_for(_THIS_MACHINES)

@@ -1,17 +1,19 @@
-"""The demo's compiled graph, shipped with the project: the first run on a new machine in seconds.
+"""Compiled graphs shipped with the project: the first run on a new machine in seconds.
 
-    python -m model.portable make     # compile it for each target from a clean cache, write weights/demo/graph/
+    python -m model.portable make     # compile them for each target from a clean cache, write weights/graphs/
     python -m model.portable check    # do the shipped graphs still match what this code traces, and its kernels?
 
 (Those commands: model/portable/__main__.py. This file is what the build asks.)
 
 A graph compiled by MAX holds native code for the CPU it was compiled for.
 Compiled for a named CPU level it runs on any CPU with that level's features.
-The project ships the demo's graph at its default build (float32 on the CPU,
-this project's Linear op) for two such levels, each gzipped in a folder of
-weights/demo/graph/ with what it was made from (``facts.json``): MAX's
-version, the target, a digest of the traced graph's body, a digest of the
-Mojo kernels compiled into it, and a digest of the source files.
+The project ships the graphs of two models at their default build (float32
+on the CPU, this project's Linear op): the demo's (weights/demo) and GPT-2
+124M's (``--model gpt2``: any checkpoint of its shape, since a graph holds
+no weights). Each is compiled for two such levels, compressed (xz) in
+weights/graphs/<model>/<level>/ with what it was made from (``facts.json``):
+MAX's version, the target, a digest of the traced graph's body, a digest of
+the Mojo kernels compiled into it, and a digest of the source files.
 
 - x86-64-v3 (AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE: Intel since Haswell, AMD
   since Excavator and every Zen): the kernels take their avx2 path there.
@@ -19,17 +21,17 @@ Mojo kernels compiled into it, and a digest of the source files.
   and later, Ampere Altra): Linux on Arm, the kernels' portable path. It is
   compiled on an x86-64 machine (MAX compiles for a CPU it does not run on).
 
-``load_gpt2`` asks ``saved_name`` before compiling. The shipped graph for
-this machine's architecture is used when the build is that one, MAX's
-version is the one it was made with, the system is Linux and this CPU has
-every feature of the target (read from /proc/cpuinfo before anything is
-loaded: a graph with instructions the CPU lacks would die with SIGILL).
-When the source files are the ones it was made from, it is used as it is;
-when they differ, the Mojo kernels must be the ones it was compiled with,
-and the model is traced (a few seconds, nothing compiled) and the graph's
-body compared. Otherwise the app compiles as before, and says why. A used
-graph is unpacked into the saved graphs (model/saved_graphs.py), so later
-starts load it as they load any saved one.
+``load_gpt2`` asks ``saved_name`` before compiling. A shipped graph for this
+machine's architecture is used when the build is that one (the model's shape
+included), MAX's version is the one it was made with, the system is Linux
+and this CPU has every feature of the target (read from /proc/cpuinfo before
+anything is loaded: a graph with instructions the CPU lacks would die with
+SIGILL). When the source files are the ones it was made from, it is used as
+it is; when they differ, the Mojo kernels must be the ones it was compiled
+with, and the model is traced (a few seconds, nothing compiled) and the
+graph's body compared. Otherwise the app compiles as before, and says why. A
+used graph is unpacked into the saved graphs (model/saved_graphs.py), so
+later starts load it as they load any saved one.
 
 Where this CPU's own kernel path is not the target's (AVX-512 with VNNI), its
 own graph is compiled in the background (niced, one at a time), and used from
@@ -39,10 +41,10 @@ the next run on; ``GPT2_MAX_BACKGROUND_COMPILE=0`` turns that off (so does
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import importlib.metadata
 import json
+import lzma
 import os
 import platform
 import re
@@ -56,7 +58,8 @@ from pathlib import Path
 from model import caches, cpu, saved_graphs
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "weights" / "demo" / "graph"  # a folder per target, the licence's notice beside them
+SHIPPED = ROOT / "weights" / "graphs"  # a folder per model, a folder per target in each; the licence's notice here
+MODELS = ("demo", "gpt2")  # the demo's checkpoint (weights/demo); GPT-2 124M's shape, the app's default model
 
 
 @dataclass(frozen=True)
@@ -70,9 +73,9 @@ class Target:
     path: str  # the kernel path isa.mojo's auto takes for it (model/cpu.py)
     runs_on: str  # in words
 
-    @property
-    def folder(self) -> Path:
-        return SHIPPED / self.level
+    def folder(self, model: str) -> Path:
+        """Where ``model``'s graph for this level is shipped."""
+        return SHIPPED / model / self.level
 
 
 # x86-64-v3 as LLVM defines the level, as /proc/cpuinfo names the features (abm: LZCNT).
@@ -87,7 +90,6 @@ TARGETS = {target.level: target for target in (X86, ARM)}
 USE = "GPT2_MAX_PORTABLE_GRAPH"  # "0": never use the shipped graph
 USING = "using the shipped compiled graph"  # how a line of the app's stderr starts when it does
 BACKGROUND = "GPT2_MAX_BACKGROUND_COMPILE"  # "0": no background compile of this CPU's own graph
-MODEL = "demo"
 
 
 def say(line: str) -> None:
@@ -106,13 +108,34 @@ def this_machines() -> Target | None:
     return next((target for target in TARGETS.values() if target.machine == host_machine()), None)
 
 
-def shipped_facts(target: Target | None = None) -> dict | None:
-    """What the graph shipped for ``target`` (default: this machine's) was made from (None when there is none)."""
+def shipped_facts(model: str, target: Target | None = None) -> dict | None:
+    """What ``model``'s graph shipped for ``target`` (default: this machine's) was made from (None when there
+    is none)."""
     target = target or this_machines()
     try:
-        return json.loads((target.folder / "facts.json").read_text()) if target else None
+        return json.loads((target.folder(model) / "facts.json").read_text()) if target else None
     except (OSError, ValueError):
         return None
+
+
+def shipped_config(model: str):
+    """The config of the model whose graph ``model`` names, as the app builds it (the course's solutions)."""
+    from model.course import config_class
+
+    if model == "demo":
+        from weights import open_checkpoint
+
+        return open_checkpoint(model).config_as(config_class("solutions"))
+    return config_class("solutions").from_name(model)
+
+
+def shipped_for(options, config, target: Target) -> dict | None:
+    """The facts of the graph shipped for ``target`` that ``options`` and ``config`` build, if one is."""
+    for model in MODELS:
+        facts = shipped_facts(model, target)
+        if facts is not None and is_the_shipped_build(facts, options, config):
+            return facts
+    return None
 
 
 def config_facts(config) -> dict:
@@ -121,9 +144,9 @@ def config_facts(config) -> dict:
 
 
 def is_the_shipped_build(facts: dict, options, config) -> bool:
-    """Whether ``options`` and ``config`` build the graph that is shipped: the
-    default build on the CPU, of a model shaped as the demo (any checkpoint
-    of that shape: the graph holds no weights)."""
+    """Whether ``options`` and ``config`` build the graph ``facts`` describe:
+    the default build on the CPU, of a model of its shape (any checkpoint of
+    that shape: the graph holds no weights)."""
     from model.options import BuildOptions
 
     if options.impl != "solutions" or config_facts(config) != facts["config"]:
@@ -174,16 +197,17 @@ def cannot_run(made_with: str, cpu_flags: frozenset[str] | None = None, target: 
     return ""
 
 
-def saved_name(options, config, trace) -> str | None:
-    """The saved graph's name to load for this build: the shipped graph's,
-    unpacked into the saved graphs if it was not already, when it applies
+def saved_name(options, config, trace, checkpoint: str | Path) -> str | None:
+    """The saved graph's name to load for this build: a shipped graph's,
+    unpacked into the saved graphs if it was not already, when one applies
     and matches this code; None to compile as before (said in one line
-    when the shipped graph was for this build but could not be used).
+    when a shipped graph was for this build but could not be used).
     ``trace()``: the build's graph, traced (model/gpt2.py's traced_graph),
-    asked for only when the source files are not the ones it was made from."""
+    asked for only when the source files are not the ones it was made from.
+    ``checkpoint``: the model's folder, for the background compile of this CPU's own graph."""
     target = this_machines()
-    facts = shipped_facts(target or X86)  # (any target's facts say whether the build is the shipped one)
-    if facts is None or not is_the_shipped_build(facts, options, config) or cpu.virtual_target():
+    facts = shipped_for(options, config, target or X86)  # (any target's facts say whether the build is shipped)
+    if facts is None or cpu.virtual_target():
         return None  # (a process compiling for another CPU, as the targets check and make do, compiles)
     why = unusable_here(facts) if target else opted_out() or none_shipped_here()
     if why:
@@ -198,11 +222,11 @@ def saved_name(options, config, trace) -> str | None:
             return None
         unpack(target, facts, caches.folder("graphs") / name)
         if not saved_graphs.is_saved(name):
-            say(f"not {USING}: it could not be unpacked from {target.folder}")
+            say(f"not {USING}: it could not be unpacked from {target.folder(facts['model'])}")
             return None
     say(f"{USING} ({target.level}: {target.runs_on})")
     if cpu.native_path(cpu.flags()) != target.path:
-        compile_own_in_background(options)
+        compile_own_in_background(options, checkpoint)
     return name
 
 
@@ -230,23 +254,24 @@ def graph_digest(graph) -> str:
 
 
 def unpack(target: Target, facts: dict, folder: Path) -> None:
-    """The graph shipped for ``target`` into ``folder`` as a saved graph
-    (MEF, MAX's manifest, the build's facts), whole or not at all."""
+    """The graph ``facts`` describe, shipped for ``target``, into ``folder``
+    as a saved graph (MEF, MAX's manifest, the build's facts), whole or not at all."""
+    shipped = target.folder(facts["model"])
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     try:
-        with gzip.open(target.folder / facts["file"]) as packed, open(staging / facts["mef"], "wb") as out:
+        with lzma.open(shipped / facts["file"]) as packed, open(staging / facts["mef"], "wb") as out:
             shutil.copyfileobj(packed, out)
-        shutil.copy(target.folder / saved_graphs.MANIFEST, staging / saved_graphs.MANIFEST)
+        shutil.copy(shipped / saved_graphs.MANIFEST, staging / saved_graphs.MANIFEST)
         (staging / saved_graphs.FACTS).write_text(json.dumps(facts["build"]))
         os.rename(staging, folder)
-    except OSError:  # another process unpacked it first, or the disk is full: compile as before
+    except (OSError, EOFError, lzma.LZMAError):  # another process unpacked it first, a full disk, a bad file
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def compile_own_in_background(options) -> None:
-    """Compile this CPU's own graph of the build in a niced process of its
-    own (one at a time), saved for the next run."""
+def compile_own_in_background(options, checkpoint: str | Path) -> None:
+    """Compile this CPU's own graph of the build of ``checkpoint`` in a niced
+    process of its own (one at a time), saved for the next run."""
     if os.environ.get(BACKGROUND, "1") == "0" or os.environ.get("CI"):
         return
     graphs = caches.folder("graphs")
@@ -261,7 +286,8 @@ def compile_own_in_background(options) -> None:
     log = graphs / "own-graph-compile.log"
     env = dict(os.environ, **{USE: "0", BACKGROUND: "0"})
     with open(log, "w") as out:
-        child = subprocess.Popen([sys.executable, "-m", "model.portable", "own", json.dumps(asdict(options))],
+        child = subprocess.Popen([sys.executable, "-m", "model.portable", "own", json.dumps(asdict(options)),
+                                  str(checkpoint)],
                                  cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True, preexec_fn=lambda: os.nice(19))
     lock.write_text(str(child.pid))

@@ -1,4 +1,4 @@
-"""``python -m model.portable make`` / ``check``: the shipped graph made, and checked against this code.
+"""``python -m model.portable make`` / ``check``: the shipped graphs made, and checked against this code.
 
 See model/portable/__init__.py for what is shipped and when the app uses it.
 """
@@ -6,9 +6,9 @@ See model/portable/__init__.py for what is shipped and when the app uses it.
 from __future__ import annotations
 
 import argparse
-import gzip
 import importlib.metadata
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -19,7 +19,7 @@ from pathlib import Path
 from model import caches, cpu, saved_graphs
 from model.max_internals import WARM_STORE
 from model.portable import (
-    MODEL,
+    MODELS,
     ROOT,
     SHIPPED,
     TARGETS,
@@ -27,6 +27,7 @@ from model.portable import (
     config_facts,
     graph_digest,
     kernels_digest,
+    shipped_config,
     shipped_facts,
 )
 
@@ -49,31 +50,40 @@ def traced_digest(options, config) -> str:
     return graph_digest(traced_graph(config, options))
 
 
-def make(target: Target, out: Path) -> int:
-    """Compile the shipped build for ``target`` in this process (whose MAX
-    and project caches the caller pointed at empty folders), and write it
-    to ``out``: the MEF gzipped, MAX's manifest, and ``facts.json``."""
+def checkpoint_for(model: str) -> str:
+    """A checkpoint to compile ``model``'s graph from: the demo's own; for
+    GPT-2 124M a random one of its shape (written once in this process's
+    cache folder: the graph holds no weights)."""
+    return model if model == "demo" else str(caches.random_checkpoint(model))
+
+
+def make(model: str, checkpoint: str, target: Target, out: Path) -> int:
+    """Compile ``model``'s shipped build (from ``checkpoint``) for ``target``
+    in this process (whose MAX and project caches the caller pointed at
+    empty folders), and write it to ``out``: the MEF compressed, MAX's
+    manifest, and ``facts.json``."""
     from model.targets import Target as CompileTarget
     from model.targets import enter_virtual_mode
 
     # Compiled, never initialised here (before the process's first device): this machine need not
     # run the target's code, which another architecture's, or x86-64-v3's on an older x86-64, could not.
     enter_virtual_mode(CompileTarget(target.runs_on, cpu=target.descriptor))
-    from model.gpt2 import load_gpt2
-
-    gpt2 = load_gpt2(MODEL, device="cpu", dtype="float32", with_tokenizer=False)
     from model.course import config_class
+    from model.gpt2 import load_gpt2
     from model.options import BuildOptions
     from weights import open_checkpoint
 
     options = BuildOptions(device="cpu", dtype="float32")
-    config = open_checkpoint(MODEL).config_as(config_class(options.impl))
+    config = open_checkpoint(checkpoint).config_as(config_class(options.impl))
+    if config_facts(config) != config_facts(shipped_config(model)):
+        raise SystemExit(f"{checkpoint} is not shaped as {model}")
+    gpt2 = load_gpt2(checkpoint, options, with_tokenizer=False)
     [saved] = [p for p in caches.folder("graphs").iterdir() if p.is_dir() and saved_graphs.is_saved(p.name)]
     [entry] = json.loads((saved / saved_graphs.MANIFEST).read_text())["graphs"]
     mef = saved / entry["key"]
     digest = traced_digest(options, config)
     version = importlib.metadata.version("max")
-    file = f"gpt2-demo-{target.level}-max{version}-{digest}.mef.gz"
+    file = f"{model}-{target.level}-max{version}-{digest}.mef.xz"
     try:
         before = json.loads((out / "facts.json").read_text())
     except (OSError, ValueError):
@@ -85,22 +95,22 @@ def make(target: Target, out: Path) -> int:
             and before.get("target") == target.descriptor and "mef_bytes" in before
             and (out / file).is_file() and (out / saved_graphs.MANIFEST).is_file())
     if not same:
-        for old in out.glob("*.mef.gz"):
+        for old in out.glob("*.mef.*"):
             old.unlink()
         out.mkdir(parents=True, exist_ok=True)
-        with open(mef, "rb") as raw, gzip.GzipFile(out / file, "wb", mtime=0) as packed:
+        with open(mef, "rb") as raw, lzma.open(out / file, "wb", preset=9) as packed:
             shutil.copyfileobj(raw, packed)
         shutil.copy(saved / saved_graphs.MANIFEST, out / saved_graphs.MANIFEST)
-    facts = {"max": version, "level": target.level, "target": target.descriptor, "graph": digest, "kernels": kernels,
-             "config": config_facts(config),
+    facts = {"model": model, "max": version, "level": target.level, "target": target.descriptor, "graph": digest,
+             "kernels": kernels, "config": config_facts(config),
              "sources": saved_graphs.sources_digest(options.impl), "file": file, "mef": entry["key"],
              "mef_bytes": before["mef_bytes"] if same else mef.stat().st_size,
              "build": json.loads((saved / saved_graphs.FACTS).read_text()),
              "made_by": "python -m model.portable make"}
     (out / "facts.json").write_text(json.dumps(facts, indent=1) + "\n")
-    write_notice(out.parent, version)
+    write_notice(out.parent.parent, version)
     print(f"{out / file}: {mef.stat().st_size / 1e6:.2f} MB compiled for {target.level}, "
-          f"{(out / file).stat().st_size / 1e6:.2f} MB gzipped; {gpt2.compile_seconds:.1f} s to compile"
+          f"{(out / file).stat().st_size / 1e6:.2f} MB compressed; {gpt2.compile_seconds:.1f} s to compile"
           + ("; the same graph as the file already there, which is kept" if same else ""))
     return 0
 
@@ -111,7 +121,7 @@ ATTRIBUTION = ("MAX is licensed by Modular Inc under the Modular MAX Community L
                "FROM, OUT OF OR IN CONNECTION WITH USE OF MAX OR ANY DERIVATIVE WORK THEREOF.")
 
 
-def write_notice(out: Path, version: str, what: str = "Each compiled graph in the folders here was made by "
+def write_notice(out: Path, version: str, what: str = "Each compiled graph in the folders below was made by "
                  "`python -m model.portable make`") -> None:
     """A compiled file holds MAX's kernels in object code: the licence's
     terms (section 1.1.3: displayed with each copy) and its attribution
@@ -127,39 +137,44 @@ def write_notice(out: Path, version: str, what: str = "Each compiled graph in th
 
 def check() -> int:
     """Whether each shipped graph is what ``make`` would write for this code: 0 if so."""
-    from model.course import config_class
     from model.options import BuildOptions
-    from weights import open_checkpoint
 
     options = BuildOptions(device="cpu", dtype="float32")
-    config = open_checkpoint(MODEL).config_as(config_class(options.impl))
-    version, digest = importlib.metadata.version("max"), traced_digest(options, config)
+    version = importlib.metadata.version("max")
     failed = 0
-    for target in TARGETS.values():
-        facts = shipped_facts(target)
-        where = target.folder.relative_to(ROOT)
-        if facts is None:
-            print(f"no shipped graph in {where}: python -m model.portable make --target {target.level}")
-            failed = 1
-            continue
-        stale = [what for what, ok in (("MAX's version", facts["max"] == version),
-                                       ("the graph", facts["graph"] == digest),
-                                       ("the Mojo kernels", facts.get("kernels") == kernels_digest()),
-                                       ("the target", facts["level"] == target.level
-                                        and facts["target"] == target.descriptor),
-                                       ("the file", (target.folder / facts["file"]).is_file()),
-                                       ("MAX's manifest", (target.folder / saved_graphs.MANIFEST).is_file()))
-                 if not ok]
-        if stale:
-            print(f"the graph shipped for {target.level} is stale ({', '.join(stale)}): "
-                  f"python -m model.portable make --target {target.level}")
-            failed = 1
-            continue
-        print(f"the graph shipped for {target.level} matches this code: {where / facts['file']}")
-        if facts["sources"] != saved_graphs.sources_digest(options.impl):
-            print("  (made from other source files: a first run traces the model to compare, ~20 s on empty caches; "
-                  "make it again to skip that)")
+    for model in MODELS:
+        digest = traced_digest(options, shipped_config(model))
+        for target in TARGETS.values():
+            failed |= check_one(model, target, version, digest, options)
     return failed
+
+
+def check_one(model: str, target: Target, version: str, digest: str, options) -> int:
+    """``check`` for ``model``'s graph shipped for ``target``, whose traced body is ``digest``: 0 if it matches."""
+    facts = shipped_facts(model, target)
+    folder = target.folder(model)
+    where = folder.relative_to(ROOT)
+    remake = f"python -m model.portable make --model {model} --target {target.level}"
+    if facts is None:
+        print(f"no shipped graph in {where}: {remake}")
+        return 1
+    stale = [what for what, ok in (("MAX's version", facts["max"] == version),
+                                   ("the graph", facts["graph"] == digest),
+                                   ("the Mojo kernels", facts.get("kernels") == kernels_digest()),
+                                   ("the model", facts.get("model") == model),
+                                   ("the target", facts["level"] == target.level
+                                    and facts["target"] == target.descriptor),
+                                   ("the file", (folder / facts["file"]).is_file()),
+                                   ("MAX's manifest", (folder / saved_graphs.MANIFEST).is_file()))
+             if not ok]
+    if stale:
+        print(f"{model}'s graph shipped for {target.level} is stale ({', '.join(stale)}): {remake}")
+        return 1
+    print(f"{model}'s graph shipped for {target.level} matches this code: {where / facts['file']}")
+    if facts["sources"] != saved_graphs.sources_digest(options.impl):
+        print("  (made from other source files: a first run traces the model to compare, ~5-20 s on empty caches; "
+              "make it again to skip that)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,17 +184,21 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=shipped.__doc__.split("\n\n", 1)[1])
     sub = p.add_subparsers(dest="command", required=True, metavar="{make,check}")
-    made = sub.add_parser("make", help=f"compile the demo's graph for {' and '.join(TARGETS)} from empty "
-                          "caches (each in a process of its own), write them")
+    made = sub.add_parser("make", help=f"compile the graphs of {' and '.join(MODELS)} for {' and '.join(TARGETS)} "
+                          "from empty caches (each in a process of its own), write them")
+    made.add_argument("--model", choices=MODELS, action="append",
+                      help="only this model's graphs (again for more; default: every one)")
     made.add_argument("--target", choices=TARGETS, action="append",
                       help="only this target (again for more; default: every one)")
     made.add_argument("--out", type=Path, default=SHIPPED,
-                      help="where to write them, a folder per target (default: %(default)s)")
+                      help="where to write them, a folder per model and target (default: %(default)s)")
     made.add_argument("--here", action="store_true", help=argparse.SUPPRESS)  # the child, caches already empty
+    made.add_argument("--checkpoint", help=argparse.SUPPRESS)  # the child's: what to compile from
     sub.add_parser("check", help="exit 1 when a shipped graph no longer matches what this code traces, "
                    "or was made with other Mojo kernels")
     own = sub.add_parser("own")  # the background compile of this CPU's own graph (not listed)
     own.add_argument("options")
+    own.add_argument("checkpoint")
     args = p.parse_args(argv)
     if args.command == "check":
         return check()
@@ -187,18 +206,20 @@ def main(argv: list[str] | None = None) -> int:
         from model.gpt2 import load_gpt2
         from model.options import BuildOptions
 
-        load_gpt2(MODEL, BuildOptions(**json.loads(args.options)), with_tokenizer=False)
+        load_gpt2(args.checkpoint, BuildOptions(**json.loads(args.options)), with_tokenizer=False)
         return 0
     if args.here:
-        [level] = args.target
-        return make(TARGETS[level], args.out / level)
-    for level in args.target or TARGETS:
-        with tempfile.TemporaryDirectory(prefix="gpt2-portable-") as empty:
-            env = empty_caches_env(Path(empty))
-            command = [sys.executable, "-m", "model.portable", "make", "--here", "--target", level,
-                       "--out", str(args.out.resolve())]
-            if done := subprocess.run(command, env=env, cwd=ROOT).returncode:
-                return done
+        [model], [level] = args.model, args.target
+        return make(model, args.checkpoint, TARGETS[level], args.out / model / level)
+    for model in args.model or MODELS:
+        checkpoint = checkpoint_for(model)  # (in this process's cache: the child's caches are empty)
+        for level in args.target or TARGETS:
+            with tempfile.TemporaryDirectory(prefix="gpt2-portable-") as empty:
+                env = empty_caches_env(Path(empty))
+                command = [sys.executable, "-m", "model.portable", "make", "--here", "--model", model,
+                           "--target", level, "--checkpoint", checkpoint, "--out", str(args.out.resolve())]
+                if done := subprocess.run(command, env=env, cwd=ROOT).returncode:
+                    return done
     return 0
 
 
