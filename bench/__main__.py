@@ -138,13 +138,16 @@ def cold_start(folder: Path, dtype: str, device: str = "cpu", linear: str = "cus
                 "g.step(np.arange(16)[None], g.empty_cache(1))\n"
                 "print(json.dumps({'cold_compile_s': g.compile_seconds, "
                 "'cold_start_to_first_token_s': time.perf_counter() - start, 'cold_peak_rss_mb': peak_rss_mb()}))")
-        from model import caches
+        from model import caches, portable
         from model.max_internals import WARM_STORE
 
-        # Nothing of this machine's: no project cache, no saved graphs, no eager kernels named by a parent.
-        env = {k: v for k, v in os.environ.items() if k not in (caches.CACHE, caches.SAVED_GRAPHS, WARM_STORE)}
+        # Nothing of this machine's: no project cache, no saved graphs, no eager kernels named by a parent, no
+        # setting of the shipped graphs (a new user's first run uses one where it applies); no background compile
+        # of this CPU's own graph, which would outlive the empty folder and run beside the next measurement.
+        drop = (caches.CACHE, caches.SAVED_GRAPHS, WARM_STORE, portable.USE)
+        env = {k: v for k, v in os.environ.items() if k not in drop}
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent,
-                              env=dict(env, XDG_CACHE_HOME=empty))
+                              env=dict(env, XDG_CACHE_HOME=empty, **{portable.BACKGROUND: "0"}))
         lines = done.stdout.strip().splitlines()
         if done.returncode != 0 or not lines:
             raise RuntimeError(f"{dtype} (first run, exit {done.returncode}): "

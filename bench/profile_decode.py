@@ -11,6 +11,7 @@ bench's random GPT-2 124M checkpoint, float32 on the CPU.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -20,6 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from model.options import LINEARS
+from model.portable import USE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--linear", choices=LINEARS, default="custom",
                    help="custom: the project's few-rows kernels (model/layers/few_rows.py); course: nn.Linear")
     args = p.parse_args(argv)
+    os.environ[USE] = "0"  # this CPU's own graphs, never one shipped for first runs (model/portable)
     from bench.common import random_checkpoint
     from model.gpt2 import BuildOptions, load_gpt2
     from model.sampling import Sampling, next_token

@@ -23,6 +23,14 @@ Mojo kernels not building for a CPU); not wrong numbers, nor faults at run
 time. Nothing is saved for later runs (``GPT2_MAX_SAVED_GRAPHS=0``); MAX's
 own cache for these builds lives apart, in this project's cache folder
 (``targets/``), so nothing compiled for another machine reaches a real run.
+
+A compile is a function of the traced graph, this project's Mojo kernels,
+MAX's version and the target alone. So each process first traces its graph
+(seconds) and looks it up in ``model/compiled_targets.json``, the record of
+graphs this check compiled (``--record`` writes the rows it compiled there):
+a graph recorded with the same kernels, MAX and target is not compiled
+again, and its row says when it was. Any change to the graph, the kernels or
+MAX compiles it anew; ``--again`` compiles whatever the record says.
 """
 
 from __future__ import annotations
@@ -96,17 +104,21 @@ def default_jobs() -> int:
 SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # --model: random checkpoints of GPT-2's sizes
 
 
-def ci_plan() -> dict[str, tuple[str, ...]]:
+def ci_plan(every_host: bool = False) -> dict[str, tuple[str, ...]]:
     """What every CI run compiles: the GPU most users rent (H100/H200) in
     both of its precisions (float32, the default, and bfloat16 on request),
     and the x86-64 kernel path this CPU does not run, in float32 and q4_0
     (both of this project's kernel files; q4_0's band differs between the
     paths). The path this CPU does run, the rest of the suite compiles and
-    runs natively; so every run covers both x86-64 paths."""
+    runs natively; so every run covers both x86-64 paths. ``every_host``:
+    what CI compiles on any machine, both x86-64 paths (what ``--record`` keeps)."""
     from model import cpu
 
-    other = "x86-64-v3" if cpu.native_path() == "avx512-vnni" else "x86-64-v4-vnni"
-    return {"sm_90a": GPU_DTYPES, other: ("float32", "q4_0")}
+    if every_host:
+        others = ("x86-64-v3", "x86-64-v4-vnni")
+    else:
+        others = ("x86-64-v3" if cpu.native_path() == "avx512-vnni" else "x86-64-v4-vnni",)
+    return {"sm_90a": GPU_DTYPES, **dict.fromkeys(others, ("float32", "q4_0"))}
 
 
 def checkpoint(model: str) -> Path:
@@ -155,41 +167,110 @@ def build_app_graph(folder: Path, target: Target, dtype: str) -> str:
     return f"{gpt2.quantized_layers} quantized layers" if gpt2.quantized_layers else ""
 
 
+def trace_app_graph(folder: Path, target: Target, dtype: str):
+    """The app's graph for ``target`` at ``dtype``, traced, not compiled: what ``build_app_graph`` compiles."""
+    from model.course import config_class
+    from model.gpt2 import traced_graph
+    from model.options import BuildOptions
+    from weights import open_checkpoint
+
+    options = BuildOptions(device="gpu" if target.gpu else "cpu", dtype=dtype)
+    return traced_graph(open_checkpoint(folder).config_as(config_class(options.impl)), options)
+
+
 @dataclass(frozen=True)
 class Check:
     """One graph the targets check compiles: the program whose child process
     compiles it (``python -m PROGRAM --one TARGET``), the graph in words, the
-    precisions it has on a GPU and on a CPU, its build and what CI compiles."""
+    precisions it has on a GPU and on a CPU, its build, its trace (the graph
+    the build compiles, not compiled) and what CI compiles."""
 
     program: str
     graph: str
     gpu_dtypes: tuple[str, ...]
     cpu_dtypes: tuple[str, ...]
     build: Callable[[Path, Target, str], str]
-    ci_plan: Callable[[], dict[str, tuple[str, ...]]]
+    trace: Callable[[Path, Target, str], object]
+    ci_plan: Callable[..., dict[str, tuple[str, ...]]]  # (every_host=False): see ci_plan
 
     def dtypes(self, target: Target) -> tuple[str, ...]:
         return self.gpu_dtypes if target.gpu else self.cpu_dtypes
 
 
-APP = Check("model.targets", "the app's graph", GPU_DTYPES, CPU_DTYPES, build_app_graph, ci_plan)
+APP = Check("model.targets", "the app's graph", GPU_DTYPES, CPU_DTYPES, build_app_graph, trace_app_graph, ci_plan)
+RECORD = ROOT / "model" / "compiled_targets.json"  # the graphs this check compiled: python -m model.targets --record
 
 
-def compile_one(check: Check, name: str, dtypes: list[str], model: str) -> int:
-    """In this process (a fresh one): set the virtual target, then build each
-    precision. One JSON line per precision on stdout."""
+def record_key(program: str, row: dict) -> str:
+    return f"{program} {row['target']} {row['dtype']} {row['model']}"
+
+
+def what_compiles(name: str, digest: str) -> dict:
+    """Everything a compile of the traced graph ``digest`` for target ``name`` depends on."""
+    import importlib.metadata
+
+    from model.portable import kernels_digest
+
     target = TARGETS[name]
-    enter_virtual_mode(target)
+    return {"graph": digest, "kernels": kernels_digest(), "max": importlib.metadata.version("max"),
+            "arch": target.gpu or target.cpu}
+
+
+def recorded(program: str, row: dict, facts: dict) -> dict | None:
+    """The record of this row's graph compiled before with the same ``facts``, if there is one."""
+    try:
+        entry = json.loads(RECORD.read_text()).get(record_key(program, row))
+    except (OSError, ValueError):
+        return None
+    return entry if entry and all(entry.get(k) == v for k, v in facts.items()) else None
+
+
+def write_record(program: str, rows: list[dict]) -> int:
+    """The rows this run compiled (not those it found recorded), added to the record; how many."""
+    try:
+        record = json.loads(RECORD.read_text())
+    except (OSError, ValueError):
+        record = {}
+    new = [row for row in rows if row["compiled"] and not row.get("recorded")]
+    for row in new:
+        record[record_key(program, row)] = {**row["facts"], "compiled": time.strftime("%Y-%m-%d"),
+                                            "seconds": row["seconds"]}
+    RECORD.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
+    return len(new)
+
+
+def compile_one(check: Check, name: str, dtypes: list[str], model: str, again: bool = False) -> int:
+    """In this process (a fresh one): set the virtual target, then for each
+    precision trace the graph, and build it unless the record holds it
+    (``again``: build it whatever the record says). One JSON line per
+    precision on stdout."""
+    enter_virtual_mode(TARGETS[name])
     folder = checkpoint(model)
     for dtype in dtypes:
-        start = time.perf_counter()
-        try:
-            row = {"compiled": True, "detail": check.build(folder, target, dtype)}
-        except Exception as exc:  # the compiler's refusal is the result
-            row = {"compiled": False, "detail": first_error_line(exc)}
-        row.update(target=name, dtype=dtype, model=model, seconds=round(time.perf_counter() - start, 1))
-        print(json.dumps(row), flush=True)
+        print(json.dumps(target_row(check, name, dtype, model, folder, again)), flush=True)
     return 0
+
+
+def target_row(check: Check, name: str, dtype: str, model: str, folder: Path, again: bool = False) -> dict:
+    """One precision of one target, in a process already in that target's
+    virtual mode: its graph traced, then compiled unless the record holds it."""
+    from model.portable import graph_digest
+
+    target = TARGETS[name]
+    start = time.perf_counter()
+    row = {"target": name, "dtype": dtype, "model": model}
+    try:
+        row["facts"] = what_compiles(name, graph_digest(check.trace(folder, target, dtype)))
+        earlier = None if again else recorded(check.program, row, row["facts"])
+        if earlier:
+            row.update(compiled=True, recorded=True, detail=f"the same graph, kernels and MAX compiled on "
+                       f"{earlier['compiled']} in {earlier['seconds']:.0f} s; not compiled again")
+        else:
+            row.update(compiled=True, detail=check.build(folder, target, dtype))
+    except Exception as exc:  # the compiler's refusal is the result
+        row.update(compiled=False, detail=first_error_line(exc))
+    row["seconds"] = round(time.perf_counter() - start, 1)
+    return row
 
 
 def environment() -> dict[str, str]:
@@ -219,11 +300,12 @@ def stop_group(child: subprocess.Popen) -> None:
 
 
 def compile_target(name: str, dtypes: tuple[str, ...], model: str, timeout: float,
-                   program: str = APP.program) -> list[dict]:
+                   program: str = APP.program, again: bool = False) -> list[dict]:
     """One target's process (``python -m PROGRAM --one``); its rows printed as
     they come. A process that ends early (a crash, a signal, the timeout)
     fails the rows it did not report, naming why."""
-    command = [sys.executable, "-m", program, "--one", name, "--model", model, "--dtypes", *dtypes]
+    command = [sys.executable, "-m", program, "--one", name, "--model", model, "--dtypes", *dtypes,
+               *(["--again"] if again else [])]
     rows, why = [], None
     with tempfile.TemporaryFile("w+") as errors:
         with STARTING:
@@ -262,7 +344,8 @@ def compile_target(name: str, dtypes: tuple[str, ...], model: str, timeout: floa
 
 
 def show(row: dict) -> None:
-    result = f"compiled in {row['seconds']:.1f} s" if row["compiled"] else "FAILED"
+    result = ("compiled before" if row.get("recorded") else f"compiled in {row['seconds']:.1f} s") \
+        if row["compiled"] else "FAILED"
     if row["detail"]:
         result += f" ({row['detail']})" if row["compiled"] else f": {row['detail']}"
     with PRINTING:
@@ -270,7 +353,7 @@ def show(row: dict) -> None:
 
 
 def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float, program: str = APP.program,
-        jobs: int = 1) -> list[dict]:
+        jobs: int = 1, again: bool = False) -> list[dict]:
     """Each target in a process of its own, and each of a GPU target's
     precisions (they share no compiled kernel, so a machine with cores to
     spare compiles them side by side; a CPU target's precisions share many,
@@ -282,7 +365,7 @@ def run(plan: dict[str, tuple[str, ...]], model: str, timeout: float, program: s
     STOPPED.clear()
     with ThreadPoolExecutor(jobs) as pool:
         try:
-            done = pool.map(lambda item: compile_target(*item, model, timeout, program), work)
+            done = pool.map(lambda item: compile_target(*item, model, timeout, program, again), work)
             return [row for rows in done for row in rows]
         except BaseException:  # Ctrl-C, or a failure of this process's own: no target goes on compiling
             pool.shutdown(wait=False, cancel_futures=True)
@@ -298,6 +381,7 @@ examples:
   python -m {program}                  every target, every precision, the demo's shapes
   python -m {program} --ci             what CI compiles on every run
   python -m {program} sm_80 aarch64 --model gpt2 --dtypes float32
+  python -m {program} --ci --record    what CI compiles on any machine, recorded (model/compiled_targets.json)
 """
 
 
@@ -318,7 +402,8 @@ def main(argv: list[str] | None = None, check: Check = APP) -> int:
                         f"{' and '.join(check.gpu_dtypes)} on GPUs; {', '.join(check.cpu_dtypes)} on CPUs)")
     p.add_argument("--model", default="demo", help="demo (default), gpt2 (GPT-2 124M's shapes, a random checkpoint "
                                                    "written once), gpt2-medium/-large/-xl, or a checkpoint folder")
-    p.add_argument("--ci", action="store_true", help=f"what CI compiles on this machine: {plan_ci}")
+    p.add_argument("--ci", action="store_true", help=f"what CI compiles on this machine: {plan_ci} (with "
+                   "--record: what CI compiles on any machine)")
     p.add_argument("--timeout", type=float, default=1800,
                    help="seconds per process (a target, or one of a GPU target's precisions) before its rows fail "
                         "(default: 1800)")
@@ -327,11 +412,18 @@ def main(argv: list[str] | None = None, check: Check = APP) -> int:
                    help="processes compiling at a time: one per target, and per precision on a GPU (default: "
                         f"{jobs} here: one per two cores, at least 2, as the memory available holds at "
                         f"{GB_PER_JOB:g} GB each)")
+    p.add_argument("--again", action="store_true",
+                   help="compile every graph, also those the record (model/compiled_targets.json) says were "
+                        "compiled with the same kernels and MAX")
+    p.add_argument("--record", action="store_true",
+                   help="add the graphs this run compiled to model/compiled_targets.json, so that later runs "
+                        "(CI's among them) need not compile them again while they stay the same")
     p.add_argument("--json", type=Path, help="also write the results there")
     p.add_argument("--one", metavar="TARGET", help=argparse.SUPPRESS)  # the child: one target, JSON lines
     args = p.parse_args(argv)
     if args.one:
-        return compile_one(check, args.one, args.dtypes or list(check.dtypes(TARGETS[args.one])), args.model)
+        return compile_one(check, args.one, args.dtypes or list(check.dtypes(TARGETS[args.one])), args.model,
+                           args.again)
     unknown = [n for n in args.targets if n not in TARGETS]
     if unknown:
         p.error(f"unknown target {', '.join(unknown)}; targets: {', '.join(TARGETS)}")
@@ -346,13 +438,22 @@ def main(argv: list[str] | None = None, check: Check = APP) -> int:
         p.error("--jobs must be at least 1")
     checkpoint(model)  # a random checkpoint written once, here, before the targets' processes read it
     build_kv_cache_ops()  # MAX's Mojo module built once, here, before processes import it side by side
-    plan = check.ci_plan() if args.ci else {n: tuple(args.dtypes) if args.dtypes else check.dtypes(TARGETS[n])
-                                            for n in args.targets or TARGETS}
-    rows = run(plan, model, args.timeout, check.program, args.jobs)
+    if args.ci:  # recorded: what CI compiles on any machine
+        plan = check.ci_plan(every_host=args.record)
+    else:
+        plan = {n: tuple(args.dtypes) if args.dtypes else check.dtypes(TARGETS[n]) for n in args.targets or TARGETS}
+    rows = run(plan, model, args.timeout, check.program, args.jobs, args.again)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     failed = [r for r in rows if not r["compiled"]]
-    print(f"{len(rows) - len(failed)} of {len(rows)} compiled", flush=True)
+    before = sum(1 for r in rows if r.get("recorded"))
+    print(f"{len(rows) - len(failed)} of {len(rows)} compiled"
+          + (f" ({before} of them before, as recorded in {RECORD.relative_to(ROOT)})" if before else ""), flush=True)
+    if args.record:
+        print(f"{write_record(check.program, rows)} added to {RECORD.relative_to(ROOT)}", flush=True)
+    elif len(rows) - len(failed) > before:
+        print(f"(--record adds what this run compiled to {RECORD.relative_to(ROOT)}: later runs then skip it)",
+              flush=True)
     return 1 if failed else 0
 
 

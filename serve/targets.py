@@ -59,6 +59,15 @@ def build_served_graph(folder: Path, target: Target, dtype: str) -> str:
     return ""
 
 
+def trace_served_graph(folder: Path, target: Target, dtype: str):
+    """The server's graph for ``target`` at ``dtype``, traced, not compiled: what ``build_served_graph`` compiles."""
+    from model.options import BuildOptions
+
+    options = BuildOptions(device="gpu" if target.gpu else "cpu", dtype=dtype)
+    module, inputs, _ = served_module(folder, options, target.gpu)
+    return module.trace(*inputs).graph
+
+
 def served_digest(folder: Path, options) -> str:
     """A digest of the server's graph for ``folder`` on this CPU as ``options``
     build it, traced, not compiled (seconds): what tells two builds apart."""
@@ -68,7 +77,7 @@ def served_digest(folder: Path, options) -> str:
     return graph_digest(module.trace(*inputs).graph)
 
 
-def ci_plan() -> dict[str, tuple[str, ...]]:
+def ci_plan(every_host: bool = False) -> dict[str, tuple[str, ...]]:
     """What every CI run compiles of the server: the GPU most users rent, in
     the server's precision there (float32). (The server's CPU graph is compiled
     and run by the serving tests on every machine.)"""
@@ -76,7 +85,7 @@ def ci_plan() -> dict[str, tuple[str, ...]]:
 
 
 SERVED = Check("serve.targets", "the server's graph (the course's model with the engine's paged KV cache)",
-               GPU_DTYPES, ("float32",), build_served_graph, ci_plan)
+               GPU_DTYPES, ("float32",), build_served_graph, trace_served_graph, ci_plan)
 
 if __name__ == "__main__":
     sys.exit(main(check=SERVED))

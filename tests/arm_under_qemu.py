@@ -212,6 +212,9 @@ def main() -> int:
                 print(f"unknown model {model!r}: choose from demo, gpt2")
                 return 2
         unknown = [d for d in dtypes if d not in DTYPES]
+        if "--model" in dtypes:
+            print("--model comes first: run --model gpt2 [DTYPE ...]")
+            return 2
         if unknown:
             print(f"unknown precision {unknown[0]!r}: choose from {', '.join(DTYPES)}")
             return 2

@@ -36,7 +36,7 @@ def no_store(monkeypatch):
 
 @pytest.mark.parametrize("level", TARGETS)
 def test_each_archive_holds_every_family_of_this_max_with_its_manifest_and_licence(level):
-    """One archive per level the demo's graph ships for: x86-64-v3's and Neoverse N1's."""
+    """One archive per level the compiled graphs ship for: x86-64-v3's and Neoverse N1's."""
     target = TARGETS[level]
     facts = eager_kernels.shipped_facts(target)
     with tarfile.open(eager_kernels.archive_for(target), "r:xz") as archive:

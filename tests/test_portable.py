@@ -141,7 +141,8 @@ def test_an_arm_cpu_s_features_line_is_read_and_takes_the_arm_graph(tmp_path, mo
     monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
     for name in (portable.USE, "GPT2_MAX_KERNEL_PATH", "GPT2_MAX_SAVED_GRAPHS"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(portable, "compile_own_in_background", lambda options: pytest.fail("compiled its own"))
+    monkeypatch.setattr(portable, "compile_own_in_background",
+                        lambda options, checkpoint: pytest.fail("compiled its own"))
     sources = portable.shipped_facts("demo", portable.ARM)["sources"]  # (an edited source would trace: tested below)
     monkeypatch.setattr(portable.saved_graphs, "sources_digest", lambda impl: sources)
     name = portable.saved_name(BuildOptions(device="cpu"), demo_config(), never_traced, "demo")
@@ -226,7 +227,8 @@ def test_a_first_run_with_empty_caches_uses_the_shipped_graph(tmp_path):
     if why:
         pytest.skip(f"the shipped graph cannot run here: {why}")
     env = {k: v for k, v in os.environ.items() if k not in ("GPT2_MAX_CACHE", "MODULAR_CACHE_DIR")}
-    env.update(XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=pythonpath(ROOT))
+    # (no background compile of this CPU's own graph: it would outlive the test, and a second run could take it)
+    env.update(XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=pythonpath(ROOT), **{portable.BACKGROUND: "0"})
     ref = demo_reference()
     for run in range(2):
         done = subprocess.run([sys.executable, "-m", "model", "--model", "demo", "--temperature", "0",
@@ -248,7 +250,8 @@ def test_gpt2_s_first_run_with_empty_caches_uses_its_shipped_graph(tmp_path):
         pytest.skip(f"the shipped graph cannot run here: {why}")
     folder = caches.random_checkpoint("gpt2")
     env = {k: v for k, v in os.environ.items() if k not in ("GPT2_MAX_CACHE", "MODULAR_CACHE_DIR")}
-    env.update(XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=pythonpath(ROOT))
+    # (no background compile of this CPU's own graph: it would outlive the test, and a second run could take it)
+    env.update(XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=pythonpath(ROOT), **{portable.BACKGROUND: "0"})
     done = subprocess.run([sys.executable, "-m", "model", "--model", str(folder), "--temperature", "0",
                            "--max-new-tokens", "4", "--json", "And it came to pass"],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_python
+from conftest import run_python, warn_unrecorded
 
 
 def test_the_server_s_ci_targets_compile(tmp_path):
@@ -17,6 +17,7 @@ def test_the_server_s_ci_targets_compile(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = json.loads(out.read_text())
     assert [(r["target"], r["dtype"], r["compiled"]) for r in rows] == [("sm_90a", "float32", True)]
+    warn_unrecorded(rows, "serve.targets")
 
 
 def test_the_server_refuses_a_precision_it_does_not_serve(tmp_path):

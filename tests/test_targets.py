@@ -10,9 +10,10 @@ import os
 import subprocess
 
 import pytest
-from conftest import run_python
+from conftest import run_python, warn_unrecorded
 
 from model import targets
+from model.device import DTYPES
 
 
 def compile_plan(tmp_path, *args) -> tuple[subprocess.CompletedProcess, list[dict]]:
@@ -24,7 +25,7 @@ def compile_plan(tmp_path, *args) -> tuple[subprocess.CompletedProcess, list[dic
 def test_the_ci_targets_compile(tmp_path):
     """The demo for an H100/H200 in float32 (the GPU default) and bfloat16, and for the x86-64
     kernel path this CPU does not run (AVX2-only or AVX-512 + VNNI) in float32 and q4_0:
-    compiled, on any machine."""
+    compiled, on any machine, now or (the same graph, kernels and MAX) as the record says."""
     done, rows = compile_plan(tmp_path, "--ci")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     plan = targets.ci_plan()
@@ -32,6 +33,76 @@ def test_the_ci_targets_compile(tmp_path):
     assert plan["sm_90a"] == ("float32", "bfloat16") and ({"x86-64-v3", "x86-64-v4-vnni"} & set(plan))
     assert all(r["compiled"] for r in rows)
     assert f"{len(rows)} of {len(rows)} compiled" in done.stdout
+    warn_unrecorded(rows, "model.targets")
+
+
+class Traced:
+    """A traced graph as the check digests it (its printed body)."""
+
+    def __init__(self, body: str) -> None:
+        self.body = body
+
+    def __repr__(self) -> str:
+        return self.body
+
+
+def test_a_recorded_graph_is_not_compiled_again_and_any_change_compiles(tmp_path, monkeypatch):
+    """A row compiled and recorded is found again by its traced graph, this project's kernels, MAX's
+    version and the target: not compiled, and said so. Another graph, kernels, MAX or target, or
+    --again, compiles; a failed compile is not recorded. (A stand-in check: no virtual mode here.)"""
+    monkeypatch.setattr(targets, "RECORD", tmp_path / "compiled.json")
+    built, body = [], {"now": "graph 1"}
+
+    def build(folder, target, dtype):
+        built.append((target.gpu, body["now"]))
+        if body["now"] == "refused":
+            raise RuntimeError("error: no kernel for this target")
+        return ""
+
+    check = targets.Check("model.targets", "a graph", ("float32",), ("float32",), build,
+                          lambda folder, target, dtype: Traced(body["now"]), targets.ci_plan)
+
+    def row(name="sm_90a", again=False):
+        return targets.target_row(check, name, "float32", "demo", tmp_path, again)
+
+    first = row()
+    assert first["compiled"] and not first.get("recorded") and len(built) == 1
+    assert targets.write_record(check.program, [first]) == 1
+    second = row()
+    assert second["compiled"] and second["recorded"] and len(built) == 1 and "compiled on" in second["detail"]
+    assert targets.write_record(check.program, [second]) == 0  # nothing compiled: nothing added
+    assert not row(again=True).get("recorded") and len(built) == 2
+    assert not row("sm_80").get("recorded") and len(built) == 3
+    body["now"] = "graph 2"
+    assert not row().get("recorded") and len(built) == 4
+    body["now"] = "graph 1"
+    monkeypatch.setattr("model.portable.kernels_digest", lambda: "other kernels")
+    assert not row().get("recorded") and len(built) == 5
+    monkeypatch.undo()
+    monkeypatch.setattr(targets, "RECORD", tmp_path / "compiled.json")
+    record = json.loads(targets.RECORD.read_text())
+    [key] = record
+    targets.RECORD.write_text(json.dumps({key: {**record[key], "max": "0.0"}}))
+    assert not row().get("recorded") and len(built) == 6
+    body["now"] = "refused"
+    failed = row()
+    assert not failed["compiled"] and "no kernel for this target" in failed["detail"]
+    assert targets.write_record(check.program, [failed]) == 0
+
+
+def test_the_record_names_what_each_graph_was_compiled_with():
+    """model/compiled_targets.json: written by --record alone; every entry a target this check knows,
+    with the digests and version a later run compares."""
+    record = json.loads(targets.RECORD.read_text())
+    assert record, "empty: python -m model.targets --ci --record"
+    for key, entry in record.items():
+        program, name, dtype, model = key.split(" ")
+        assert program in ("model.targets", "serve.targets") and name in targets.TARGETS and dtype in DTYPES, key
+        assert entry["arch"] == (targets.TARGETS[name].gpu or targets.TARGETS[name].cpu), key
+        assert {"graph", "kernels", "max", "compiled", "seconds"} <= set(entry), key
+    every_host = targets.ci_plan(every_host=True)
+    assert {(t, d) for t, ds in every_host.items() for d in ds} <= {
+        tuple(k.split(" ")[1:3]) for k in record if k.startswith("model.targets ")}
 
 
 def test_a_target_that_fails_is_named_with_its_first_error_line(tmp_path):
@@ -67,7 +138,7 @@ def test_targets_compiled_side_by_side_come_back_in_the_plan_s_order(monkeypatch
 
     started = []
 
-    def compile_target(name, dtypes, model, timeout, program):
+    def compile_target(name, dtypes, model, timeout, program, again=False):
         started.append((name, dtypes))
         time.sleep({("sm_90a", "float32"): 0.6, ("sm_90a", "bfloat16"): 0.4}.get((name, dtypes[0]), 0.0))
         return [{"target": name, "dtype": d} for d in dtypes]
@@ -103,7 +174,7 @@ def test_an_interrupted_check_stops_the_targets_still_compiling(monkeypatch, cap
 
     compiling = subprocess.Popen(["sleep", "120"], start_new_session=True)  # stands for a target's compile
 
-    def compile_target(name, dtypes, model, timeout, program):
+    def compile_target(name, dtypes, model, timeout, program, again=False):
         targets.RUNNING.add(compiling)
         compiling.wait()
         targets.RUNNING.discard(compiling)

@@ -256,17 +256,18 @@ def graph_digest(graph) -> str:
 def unpack(target: Target, facts: dict, folder: Path) -> None:
     """The graph ``facts`` describe, shipped for ``target``, into ``folder``
     as a saved graph (MEF, MAX's manifest, the build's facts), whole or not at all."""
-    shipped = target.folder(facts["model"])
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    shipped, staging = target.folder(facts["model"]), None
     try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
         with lzma.open(shipped / facts["file"]) as packed, open(staging / facts["mef"], "wb") as out:
             shutil.copyfileobj(packed, out)
         shutil.copy(shipped / saved_graphs.MANIFEST, staging / saved_graphs.MANIFEST)
         (staging / saved_graphs.FACTS).write_text(json.dumps(facts["build"]))
         os.rename(staging, folder)
     except (OSError, EOFError, lzma.LZMAError):  # another process unpacked it first, a full disk, a bad file
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def compile_own_in_background(options, checkpoint: str | Path) -> None:

@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     made = sub.add_parser("make", help=f"compile the graphs of {' and '.join(MODELS)} for {' and '.join(TARGETS)} "
                           "from empty caches (each in a process of its own), write them")
     made.add_argument("--model", choices=MODELS, action="append",
-                      help="only this model's graphs (again for more; default: every one)")
+                      help="only this model's graphs (again for more; default: every one); gpt2's is compiled "
+                           "from a random 124M checkpoint written once into the cache folder (~500 MB)")
     made.add_argument("--target", choices=TARGETS, action="append",
                       help="only this target (again for more; default: every one)")
     made.add_argument("--out", type=Path, default=SHIPPED,
