@@ -24,13 +24,17 @@ time. Nothing is saved for later runs (``GPT2_MAX_SAVED_GRAPHS=0``); MAX's
 own cache for these builds lives apart, in this project's cache folder
 (``targets/``), so nothing compiled for another machine reaches a real run.
 
-A compile is a function of the traced graph, this project's Mojo kernels,
-MAX's version and the target alone. So each process first traces its graph
-(seconds) and looks it up in ``model/compiled_targets.json``, the record of
-graphs this check compiled (``--record`` writes the rows it compiled there):
-a graph recorded with the same kernels, MAX and target is not compiled
-again, and its row says when it was. Any change to the graph, the kernels or
-MAX compiles it anew; ``--again`` compiles whatever the record says.
+What a compile finds follows from what it is given: the traced graph, this
+project's Mojo kernels, the weights handed to it (MAX checks their names,
+shapes and dtypes against the graph's parameters), MAX's version and the
+target. So each process first traces its graph (seconds) and looks it up in
+``model/compiled_targets.json``, the record of graphs this check compiled
+(``--record`` writes the rows it compiled there), keyed by the traced body's
+digest, the kernels' digest, a digest of the code that makes the weights
+(``WEIGHT_SOURCES``), MAX's version and the target: a match is not compiled
+again, and its row says when it was. A change to any of them compiles anew;
+``--again`` compiles whatever the record says. Not in the key: the host CPU
+a GPU target's host-side code is compiled for (the recording machine's).
 """
 
 from __future__ import annotations
@@ -205,15 +209,24 @@ def record_key(program: str, row: dict) -> str:
     return f"{program} {row['target']} {row['dtype']} {row['model']}"
 
 
+# The code that makes the weights a build hands MAX's compile (their names, shapes and dtypes, which the
+# compile checks against the graph's parameters): checkpoint reading, the head widened, bfloat16, the
+# quantized blocks, the server's weight adapter. Its bytes are part of a record's key.
+WEIGHT_SOURCES = ("weights/*.py", "model/gpt2.py", "model/quantize.py", "model/caches.py",
+                  "serve/weight_adapters.py", "serve/model_config.py")
+
+
 def what_compiles(name: str, digest: str) -> dict:
-    """Everything a compile of the traced graph ``digest`` for target ``name`` depends on."""
+    """What a compile of the traced graph ``digest`` for target ``name`` is given, as a record's key."""
     import importlib.metadata
 
     from model.portable import kernels_digest
+    from model.saved_graphs import files_digest
 
     target = TARGETS[name]
-    return {"graph": digest, "kernels": kernels_digest(), "max": importlib.metadata.version("max"),
-            "arch": target.gpu or target.cpu}
+    weights = files_digest(sorted(path for pattern in WEIGHT_SOURCES for path in ROOT.glob(pattern)))
+    return {"graph": digest, "kernels": kernels_digest(), "weights": weights[:16],
+            "max": importlib.metadata.version("max"), "arch": target.gpu or target.cpu}
 
 
 def recorded(program: str, row: dict, facts: dict) -> dict | None:
@@ -235,7 +248,9 @@ def write_record(program: str, rows: list[dict]) -> int:
     for row in new:
         record[record_key(program, row)] = {**row["facts"], "compiled": time.strftime("%Y-%m-%d"),
                                             "seconds": row["seconds"]}
-    RECORD.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
+    staging = RECORD.with_name(f".{RECORD.name}.{os.getpid()}")  # whole or not at all
+    staging.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
+    os.replace(staging, RECORD)
     return len(new)
 
 
@@ -263,8 +278,8 @@ def target_row(check: Check, name: str, dtype: str, model: str, folder: Path, ag
         row["facts"] = what_compiles(name, graph_digest(check.trace(folder, target, dtype)))
         earlier = None if again else recorded(check.program, row, row["facts"])
         if earlier:
-            row.update(compiled=True, recorded=True, detail=f"the same graph, kernels and MAX compiled on "
-                       f"{earlier['compiled']} in {earlier['seconds']:.0f} s; not compiled again")
+            row.update(compiled=True, recorded=True, detail=f"the same graph, kernels, weights and MAX compiled on "
+                       f"{earlier.get('compiled', '?')} in {earlier.get('seconds', '?')} s; not compiled again")
         else:
             row.update(compiled=True, detail=check.build(folder, target, dtype))
     except Exception as exc:  # the compiler's refusal is the result

@@ -150,4 +150,3 @@ def warn_unrecorded(rows: list[dict], program: str) -> None:
     if unrecorded:
         warnings.warn(f"compiled, not in model/compiled_targets.json: {', '.join(unrecorded)}; "
                       f"`python -m {program} --ci --record` spares later CI runs these compiles", stacklevel=2)
-

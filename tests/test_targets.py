@@ -80,10 +80,14 @@ def test_a_recorded_graph_is_not_compiled_again_and_any_change_compiles(tmp_path
     assert not row().get("recorded") and len(built) == 5
     monkeypatch.undo()
     monkeypatch.setattr(targets, "RECORD", tmp_path / "compiled.json")
+    monkeypatch.setattr(targets, "WEIGHT_SOURCES", ("README.md",))  # other code making the weights
+    assert not row().get("recorded") and len(built) == 6
+    monkeypatch.undo()
+    monkeypatch.setattr(targets, "RECORD", tmp_path / "compiled.json")
     record = json.loads(targets.RECORD.read_text())
     [key] = record
     targets.RECORD.write_text(json.dumps({key: {**record[key], "max": "0.0"}}))
-    assert not row().get("recorded") and len(built) == 6
+    assert not row().get("recorded") and len(built) == 7
     body["now"] = "refused"
     failed = row()
     assert not failed["compiled"] and "no kernel for this target" in failed["detail"]
@@ -92,17 +96,22 @@ def test_a_recorded_graph_is_not_compiled_again_and_any_change_compiles(tmp_path
 
 def test_the_record_names_what_each_graph_was_compiled_with():
     """model/compiled_targets.json: written by --record alone; every entry a target this check knows,
-    with the digests and version a later run compares."""
+    with the digests and version a later run compares; what CI compiles on any machine, for the app and
+    the server, in it; every file pattern of the code that makes the weights still names a file."""
+    from serve.targets import SERVED
+
     record = json.loads(targets.RECORD.read_text())
-    assert record, "empty: python -m model.targets --ci --record"
     for key, entry in record.items():
         program, name, dtype, model = key.split(" ")
         assert program in ("model.targets", "serve.targets") and name in targets.TARGETS and dtype in DTYPES, key
         assert entry["arch"] == (targets.TARGETS[name].gpu or targets.TARGETS[name].cpu), key
-        assert {"graph", "kernels", "max", "compiled", "seconds"} <= set(entry), key
-    every_host = targets.ci_plan(every_host=True)
-    assert {(t, d) for t, ds in every_host.items() for d in ds} <= {
-        tuple(k.split(" ")[1:3]) for k in record if k.startswith("model.targets ")}
+        assert {"graph", "kernels", "weights", "max", "compiled", "seconds"} <= set(entry), key
+    for check in (targets.APP, SERVED):
+        every_host = check.ci_plan(every_host=True)
+        assert {(t, d) for t, ds in every_host.items() for d in ds} <= {
+            tuple(k.split(" ")[1:3]) for k in record if k.startswith(check.program + " ")}, \
+            f"python -m {check.program} --ci --record"
+    assert all(list(targets.ROOT.glob(pattern)) for pattern in targets.WEIGHT_SOURCES)
 
 
 def test_a_target_that_fails_is_named_with_its_first_error_line(tmp_path):
