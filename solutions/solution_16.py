@@ -28,7 +28,7 @@ The math, per head of width d (even), with theta = 10000
     two differ by a fixed permutation of q/k's dimensions).
 
 Useful MAX calls
-    ``Tensor.constant(numpy_array)`` or arithmetic on ``positions.cast(...)``,
+    ``Tensor(numpy_array, dtype=..., device=...)`` or arithmetic on ``positions.cast(...)``,
     ``F.cos``, ``F.sin``, ``F.concat``, ``F.split``; broadcasting
     [seq, d] against [batch, heads, seq, d] works like numpy.
 
@@ -54,7 +54,7 @@ def rope_cos_sin(positions: Tensor, head_dim: int, theta: float = THETA) -> tupl
     """cos and sin of every position's angles, each [seq, head_dim]."""
     # BEGIN SOLUTION
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    inv_freq = Tensor.constant(inv_freq.astype(np.float32), device=positions.device)
+    inv_freq = Tensor(inv_freq.astype(np.float32), dtype=DType.float32, device=positions.device)
     angles = positions.cast(DType.float32).reshape([positions.shape[0], 1]) * inv_freq.reshape([1, head_dim // 2])
     angles = F.concat([angles, angles], axis=-1)
     return F.cos(angles), F.sin(angles)

@@ -28,7 +28,7 @@ The math, per head of width d (even), with theta = 10000
     two differ by a fixed permutation of q/k's dimensions).
 
 Useful MAX calls
-    ``Tensor.constant(numpy_array)`` or arithmetic on ``positions.cast(...)``,
+    ``Tensor(numpy_array, dtype=..., device=...)`` or arithmetic on ``positions.cast(...)``,
     ``F.cos``, ``F.sin``, ``F.concat``, ``F.split``; broadcasting
     [seq, d] against [batch, heads, seq, d] works like numpy.
 
