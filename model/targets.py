@@ -163,11 +163,18 @@ def enter_virtual_mode(target: Target) -> None:
         driver.set_virtual_cpu_target(target.cpu)
 
 
+def build_options(target: Target, dtype: str):
+    """The build options of ``target``'s graph at ``dtype``: on its kind of device."""
+    from model.options import BuildOptions
+
+    return BuildOptions(device="gpu" if target.gpu else "cpu", dtype=dtype)
+
+
 def build_app_graph(folder: Path, target: Target, dtype: str) -> str:
     """The app's graph for ``target``, compiled by the app's own build; what to say beside it."""
     from model.gpt2 import load_gpt2
 
-    gpt2 = load_gpt2(folder, device="gpu" if target.gpu else "cpu", dtype=dtype, with_tokenizer=False)
+    gpt2 = load_gpt2(folder, build_options(target, dtype), with_tokenizer=False)
     return f"{gpt2.quantized_layers} quantized layers" if gpt2.quantized_layers else ""
 
 
@@ -175,10 +182,9 @@ def trace_app_graph(folder: Path, target: Target, dtype: str):
     """The app's graph for ``target`` at ``dtype``, traced, not compiled: what ``build_app_graph`` compiles."""
     from model.course import config_class
     from model.gpt2 import traced_graph
-    from model.options import BuildOptions
     from weights import open_checkpoint
 
-    options = BuildOptions(device="gpu" if target.gpu else "cpu", dtype=dtype)
+    options = build_options(target, dtype)
     return traced_graph(open_checkpoint(folder).config_as(config_class(options.impl)), options)
 
 
@@ -229,21 +235,23 @@ def what_compiles(name: str, digest: str) -> dict:
             "max": importlib.metadata.version("max"), "arch": target.gpu or target.cpu}
 
 
+def read_record() -> dict:
+    """The record's entries by key ({} where there is none, or it cannot be read: then everything compiles)."""
+    try:
+        return json.loads(RECORD.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def recorded(program: str, row: dict, facts: dict) -> dict | None:
     """The record of this row's graph compiled before with the same ``facts``, if there is one."""
-    try:
-        entry = json.loads(RECORD.read_text()).get(record_key(program, row))
-    except (OSError, ValueError):
-        return None
+    entry = read_record().get(record_key(program, row))
     return entry if entry and all(entry.get(k) == v for k, v in facts.items()) else None
 
 
 def write_record(program: str, rows: list[dict]) -> int:
     """The rows this run compiled (not those it found recorded), added to the record; how many."""
-    try:
-        record = json.loads(RECORD.read_text())
-    except (OSError, ValueError):
-        record = {}
+    record = read_record()
     new = [row for row in rows if row["compiled"] and not row.get("recorded")]
     for row in new:
         record[record_key(program, row)] = {**row["facts"], "compiled": time.strftime("%Y-%m-%d"),
@@ -429,7 +437,7 @@ def main(argv: list[str] | None = None, check: Check = APP) -> int:
                         f"{GB_PER_JOB:g} GB each)")
     p.add_argument("--again", action="store_true",
                    help="compile every graph, also those the record (model/compiled_targets.json) says were "
-                        "compiled with the same kernels and MAX")
+                        "compiled with the same kernels, weights' code and MAX")
     p.add_argument("--record", action="store_true",
                    help="add the graphs this run compiled to model/compiled_targets.json, so that later runs "
                         "(CI's among them) need not compile them again while they stay the same")

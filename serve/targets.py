@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from model.device import AUTO_DTYPE
-from model.targets import GPU_DTYPES, Check, Target, main
+from model.targets import GPU_DTYPES, Check, Target, build_options, main
 
 
 def served_module(folder: Path, options, gpu: bool):
@@ -50,10 +50,9 @@ def served_module(folder: Path, options, gpu: bool):
 
 def build_served_graph(folder: Path, target: Target, dtype: str) -> str:
     """The server's graph for ``target`` at ``dtype``, compiled and never run."""
-    from model.options import BuildOptions
     from serve.weight_adapters import gpt2_state
 
-    options = BuildOptions(device="gpu" if target.gpu else "cpu", dtype=dtype)
+    options = build_options(target, dtype)
     module, inputs, config = served_module(folder, options, target.gpu)
     module.compile(*inputs, weights=gpt2_state(folder, config.gpt2, config.dtype, config.head_width))
     return ""
@@ -61,9 +60,7 @@ def build_served_graph(folder: Path, target: Target, dtype: str) -> str:
 
 def trace_served_graph(folder: Path, target: Target, dtype: str):
     """The server's graph for ``target`` at ``dtype``, traced, not compiled: what ``build_served_graph`` compiles."""
-    from model.options import BuildOptions
-
-    options = BuildOptions(device="gpu" if target.gpu else "cpu", dtype=dtype)
+    options = build_options(target, dtype)
     module, inputs, _ = served_module(folder, options, target.gpu)
     return module.trace(*inputs).graph
 

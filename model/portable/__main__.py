@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from model import caches, cpu, saved_graphs
+from model import caches, cpu, saved_graphs, targets
 from model.max_internals import WARM_STORE
 from model.portable import (
     MODELS,
@@ -50,24 +50,14 @@ def traced_digest(options, config) -> str:
     return graph_digest(traced_graph(config, options))
 
 
-def checkpoint_for(model: str) -> str:
-    """A checkpoint to compile ``model``'s graph from: the demo's own; for
-    GPT-2 124M a random one of its shape (written once in this process's
-    cache folder: the graph holds no weights)."""
-    return model if model == "demo" else str(caches.random_checkpoint(model))
-
-
 def make(model: str, checkpoint: str, target: Target, out: Path) -> int:
     """Compile ``model``'s shipped build (from ``checkpoint``) for ``target``
     in this process (whose MAX and project caches the caller pointed at
     empty folders), and write it to ``out``: the MEF compressed, MAX's
     manifest, and ``facts.json``."""
-    from model.targets import Target as CompileTarget
-    from model.targets import enter_virtual_mode
-
     # Compiled, never initialised here (before the process's first device): this machine need not
     # run the target's code, which another architecture's, or x86-64-v3's on an older x86-64, could not.
-    enter_virtual_mode(CompileTarget(target.runs_on, cpu=target.descriptor))
+    targets.enter_virtual_mode(targets.Target(target.runs_on, cpu=target.descriptor))
     from model.course import config_class
     from model.gpt2 import load_gpt2
     from model.options import BuildOptions
@@ -213,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         [model], [level] = args.model, args.target
         return make(model, args.checkpoint, TARGETS[level], args.out / model / level)
     for model in args.model or MODELS:
-        checkpoint = checkpoint_for(model)  # (in this process's cache: the child's caches are empty)
+        # The demo's own; for GPT-2 124M a random one of its shape (the graph holds no weights), written once
+        # into this process's cache folder: the child's caches are empty.
+        checkpoint = str(targets.checkpoint(model))
         for level in args.target or TARGETS:
             with tempfile.TemporaryDirectory(prefix="gpt2-portable-") as empty:
                 env = empty_caches_env(Path(empty))
