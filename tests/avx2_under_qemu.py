@@ -77,7 +77,7 @@ def kernels_check() -> bool:
     from max.experimental.tensor import Tensor
     from test_fast_linear import compiled_layers
 
-    compiled, arrays, q8_dense, q4_dense = compiled_layers("auto")
+    compiled, arrays, q8_dense, q4_dense, _ = compiled_layers("auto")
     good = True
     for batch, seq in [(1, 1), (1, 3), (2, 5), (1, 17), (3, 20)]:
         r = np.random.default_rng(batch * 100 + seq)

@@ -147,15 +147,23 @@ def kernel_paths() -> list:
     return out
 
 
-def compiled_layers(path: str = "auto"):
-    """One compiled graph on kernel path ``path`` holding every kernel's
-    layers: float32 48 -> 37 (a width that is not a multiple of the 16
-    lanes, a height not a multiple of the 8-row tile), Q8_0 128 -> 37, and
-    Q4_0 128 -> 37 packed in bands of 32 and of 16 rows (one of them the band
-    MAX's kernel reads here, which prompts hand to it; the other runs this
-    project's band kernel for every row); rows are symbolic. Returns the
-    compiled graph, its arrays, and the dense Q8_0 and Q4_0 weights.
-    (tests/avx2_under_qemu.py builds the same graph under an emulated CPU.)"""
+def compiled_layers(*paths: str, prompt_out: int | None = None):
+    """One compiled graph holding, for each kernel path in ``paths`` (default
+    "auto"), every kernel's layers: float32 48 -> 37 (a width that is not a
+    multiple of the 16 lanes, a height not a multiple of the 8-row tile),
+    Q8_0 128 -> 37, and Q4_0 128 -> 37 packed in bands of 32 and of 16 rows
+    (one of them the band MAX's kernel reads here, which prompts hand to it;
+    the other runs this project's band kernel for every row); rows are
+    symbolic. With ``prompt_out``, also a Q8_0 64 -> ``prompt_out`` layer on
+    the CPU's own path over a third input [rows, 64].
+
+    Every path's layers share one weight set and one compile: a graph's
+    compile costs about the same whether it holds one path's layers or all
+    of them (docs/journal.md), and each compile is 1.5-3 min on 2 cores.
+    Returns the compiled graph (four outputs per path, in order, then the
+    prompt layer's), its arrays, the dense Q8_0 and Q4_0 weights, and the
+    prompt layer's codes and scales. (tests/avx2_under_qemu.py builds the
+    same graph under an emulated CPU.)"""
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental import functional as F
@@ -166,6 +174,7 @@ def compiled_layers(path: str = "auto"):
     from model.layers.q4_0 import Q4_0Linear
     from model.layers.q8_0 import Q8_0Linear
 
+    paths = paths or ("auto",)
     rng = np.random.default_rng(1)
     arrays = {"f32.weight": rng.standard_normal((37, 48)).astype(np.float32),
               "f32.bias": rng.standard_normal(37).astype(np.float32),
@@ -176,9 +185,17 @@ def compiled_layers(path: str = "auto"):
     q4_blocks = quantize_q4_0(np.concatenate([rng.standard_normal((37, 128)), np.zeros((27, 128))]).astype(np.float32))
     arrays["q4.weight"], arrays["q4.bias"] = pack_q4_0(q4_blocks, 32), rng.standard_normal(37).astype(np.float32)
     arrays["q4b.weight"], arrays["q4b.bias"] = pack_q4_0(q4_blocks, 16), arrays["q4.bias"]
+    weights = {f"paths.{i}.{name}": array for i in range(len(paths)) for name, array in arrays.items()}
+    prompt = None
+    if prompt_out is not None:
+        prompt_rng = np.random.default_rng(7)
+        codes, scales = quantize_q8_0(prompt_rng.standard_normal((prompt_out, 64)).astype(np.float32))
+        weights["prompt.bias"] = prompt_rng.standard_normal(prompt_out).astype(np.float32)
+        weights["prompt.weight"], weights["prompt.scales"] = interleave_q8_0(codes, scales)
+        prompt = codes, scales, weights["prompt.bias"]
 
     class Four(nn.Module):
-        def __init__(self):
+        def __init__(self, path):
             super().__init__()
             self.f32 = FewRowsLinear(48, 37, path=path)
             self.q8 = Q8_0Linear(128, 37, path=path)
@@ -188,19 +205,56 @@ def compiled_layers(path: str = "auto"):
         def forward(self, a, b):
             return self.f32(a), self.q8(b), self.q4(b), self.q4b(b)
 
+    class Layers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.paths = nn.ModuleList([Four(path) for path in paths])
+            self.prompt = Q8_0Linear(64, prompt_out) if prompt_out is not None else None
+
+        def forward(self, a, b, *x):
+            out = tuple(t for four in self.paths for t in four(a, b))
+            return out + ((self.prompt(x[0]),) if self.prompt is not None else ())
+
     with F.lazy():
-        four = Four()
+        layers = Layers()
     types = [TensorType(DType.float32, ["batch", "seq", width], device=CPU()) for width in (48, 128)]
-    compiled = four.compile(*types, weights=arrays)
-    return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales), dequantize_q4_0(q4_blocks)[:37]
+    if prompt_out is not None:
+        types.append(TensorType(DType.float32, ["rows", 64], device=CPU()))
+    compiled = layers.compile(*types, weights=weights)
+    return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales), dequantize_q4_0(q4_blocks)[:37], prompt
 
 
-@pytest.fixture(scope="module", params=kernel_paths())
-def layers(request):
-    """compiled_layers on each kernel path this CPU can run, and the path's name ("auto" resolved)."""
+def runnable_paths() -> list[str]:
+    """kernel_paths() that this CPU can run, as the compiled graph holds them."""
     from model import cpu
 
-    return (cpu.native_path() if request.param == "auto" else request.param), compiled_layers(request.param)
+    return [p.values[0] for p in kernel_paths() if not cpu.missing(p.values[0])]
+
+
+@pytest.fixture(scope="module")
+def every_path():
+    """compiled_layers for every path this CPU can run, and the prompt layer: one compile."""
+    paths = runnable_paths()
+    return paths, compiled_layers(*paths, prompt_out=matmul_constant("DEQUANT_BAND") + 77)
+
+
+@pytest.fixture(params=kernel_paths())
+def layers(request, every_path):
+    """One kernel path's layers ("auto" resolved to its name) as a function of
+    the two inputs, run through the graph that holds every path's."""
+    from max.experimental.tensor import Tensor
+
+    from model import cpu
+
+    paths, (compiled, arrays, q8_dense, q4_dense, _) = every_path
+    i = paths.index(request.param)
+    one_row = Tensor.from_dlpack(np.zeros((1, 64), np.float32))  # the prompt layer's input, unused here
+
+    def run(a, b):
+        out = compiled(Tensor.from_dlpack(a), Tensor.from_dlpack(b), one_row)
+        return [t.to_numpy() for t in out[4 * i: 4 * i + 4]]
+
+    return (cpu.native_path() if request.param == "auto" else request.param), (run, arrays, q8_dense, q4_dense)
 
 
 def matmul_constant(name: str) -> int:
@@ -226,13 +280,11 @@ def q8_0_dequantized(path: str, rows: int) -> bool:
 @pytest.mark.parametrize("batch, seq", [(1, 1), (1, 3), (1, 7), (2, 5), (1, FEW_ROWS), (1, FEW_ROWS + 1), (3, 20),
                                         (1, Q8_0_DEQUANTIZE_ABOVE["avx2"]), (1, Q8_0_DEQUANTIZE_ABOVE["avx2"] + 1)])
 def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
-    from max.experimental.tensor import Tensor
-
-    path, (compiled, arrays, q8_dense, q4_dense) = layers
+    path, (run, arrays, q8_dense, q4_dense) = layers
     rng = np.random.default_rng(batch * 100 + seq)
     a = rng.standard_normal((batch, seq, 48)).astype(np.float32)
     b = rng.standard_normal((batch, seq, 128)).astype(np.float32)
-    got_f32, got_q8, got_q4, got_q4b = (t.to_numpy() for t in compiled(Tensor.from_dlpack(a), Tensor.from_dlpack(b)))
+    got_f32, got_q8, got_q4, got_q4b = run(a, b)
     want_f32 = a @ arrays["f32.weight"].T + arrays["f32.bias"]
     want_q8 = b @ q8_dense.T + arrays["q8.bias"]
     want_q4 = b @ q4_dense.T + arrays["q4.bias"]
@@ -256,44 +308,23 @@ def test_kernels_equal_numpy_for_few_and_many_rows(layers, batch, seq):
         assert np.abs(got - want_q4).max() <= 0.01 * np.abs(want_q4).max()
 
 
-def test_a_prompt_s_q8_0_product_over_several_bands_equals_numpy():
+def test_a_prompt_s_q8_0_product_over_several_bands_equals_numpy(every_path):
     # A prompt (more rows than any path's Q8_0_DEQUANTIZE_ABOVE) against more
     # weight rows than one of matmul.mojo's DEQUANT_BAND, the band the AVX2 and
     # portable paths dequantize at a time, the last band ending inside a tile
-    # of 8: numpy's product on this CPU's own path (GPT-2's LM head is such a
-    # product).
-    from max.driver import CPU
-    from max.dtype import DType
-    from max.experimental import functional as F
-    from max.experimental import nn
+    # of 8 (a band, 9 tiles and 5 rows): numpy's product on this CPU's own
+    # path (GPT-2's LM head is such a product). The layer is in the graph of
+    # the test above.
     from max.experimental.tensor import Tensor
-    from max.graph import TensorType
 
     from model import cpu
-    from model.layers.q8_0 import Q8_0Linear
 
-    band = matmul_constant("DEQUANT_BAND")
-    out = band + 77  # a band, 9 tiles and 5 rows
-    rng = np.random.default_rng(7)
-    codes, scales = quantize_q8_0(rng.standard_normal((out, 64)).astype(np.float32))
-    arrays = {"q8.bias": rng.standard_normal(out).astype(np.float32)}
-    arrays["q8.weight"], arrays["q8.scales"] = interleave_q8_0(codes, scales)
-
-    class One(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.q8 = Q8_0Linear(64, out)
-
-        def forward(self, x):
-            return self.q8(x)
-
-    with F.lazy():
-        one = One()
-    compiled = one.compile(TensorType(DType.float32, ["rows", 64], device=CPU()), weights=arrays)
+    _, (compiled, _, _, _, (codes, scales, bias)) = every_path
     rows = max(Q8_0_DEQUANTIZE_ABOVE.values()) + 4
-    x = rng.standard_normal((rows, 64)).astype(np.float32)
-    got = compiled(Tensor.from_dlpack(x)).to_numpy()
-    want = x @ dequantize_q8_0(codes, scales).T + arrays["q8.bias"]
+    x = np.random.default_rng(8).standard_normal((rows, 64)).astype(np.float32)
+    small = Tensor.from_dlpack(np.zeros((1, 1, 48), np.float32)), Tensor.from_dlpack(np.zeros((1, 1, 128), np.float32))
+    got = compiled(*small, Tensor.from_dlpack(x))[-1].to_numpy()
+    want = x @ dequantize_q8_0(codes, scales).T + bias
     bound = 1e-4 if q8_0_dequantized(cpu.native_path(), rows) else 0.01  # see the test above
     assert got.shape == want.shape and np.abs(got - want).max() <= bound * np.abs(want).max()
 
