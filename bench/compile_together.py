@@ -7,14 +7,16 @@ matmul took ~80 s, one with four of different shapes ~90 s. MAX can also
 compile several graphs as one unit (a ``max.graph.Module`` holding each
 graph, ``InferenceSession.compile``, then ``init_all`` gives one model per
 graph). This measures both ways, each compile in a new process with an empty
-MAX cache (this project's kernel library is built before the clock starts):
+MAX cache (this project's kernel library is built before the clock starts;
+no saved or shipped graph is used):
 
     python -m bench.compile_together            # matmul graphs: 1 alone, 3 in one module, 3 one after another
-    python -m bench.compile_together --app      # the demo's app graph and its concat-cache graph:
-                                                # each alone, then both in one module
+    python -m bench.compile_together --app      # the demo's app build and its concat-cache build:
+                                                # each alone (load_gpt2), then both in one
+                                                # compile (model.together.compile_together)
 
-Where a test suite compiles many graphs (each 1.5-3 min on 2 cores), this is
-what compiling them together would give.
+A test that needs several builds compiles them together
+(``model.together.compile_together``): on 2 cores each compile is 1.5-3 min.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [(48, 37), (64, 50), (128, 384)]  # (in, out) of each matmul graph
+# The app's builds compile every time: no saved graph, no shipped one.
+NO_SAVED = {"GPT2_MAX_SAVED_GRAPHS": "0", "GPT2_MAX_PORTABLE_GRAPH": "0"}
 RUNS = {"matmul": ["matmul-1", "matmul-3-together", "matmul-3-apart"],
         "app": ["app-in_place", "app-concat", "app-both-together"]}
 
@@ -50,57 +54,37 @@ def matmul_graphs(n: int, module=None) -> list:
     return graphs
 
 
-def app_graphs(caches: list[str]) -> list:
-    """The demo's app graph for each cache kind, traced (not compiled), each its own graph."""
-    from model.course import config_class
-    from model.gpt2 import traced_graph
-    from model.options import BuildOptions
-    from weights import open_checkpoint, resolve_model
-
-    config = open_checkpoint(resolve_model("demo")).config_as(config_class("solutions"))
-    return [traced_graph(config, BuildOptions(device="cpu", dtype="float32", cache=cache)) for cache in caches]
-
-
-def together(graphs: list):
-    """``graphs`` moved into the first one's module, each under its own name: one unit to compile."""
-    from max.graph import Module
-
-    module = graphs[0].module.mlir_module
-    [last] = list(module.body)
-    for i, graph in enumerate(graphs[1:], 1):
-        [op] = list(graph.module.mlir_module.body)
-        op.sym_name = f"{op.sym_name}_{i}"
-        op.move_after(last)
-        last = op
-    return Module(mlir_module=module)
-
-
 def child(run: str) -> float:
-    """One run's compile seconds, in this process (its MAX cache set by the parent)."""
+    """One run's seconds, in this process (its MAX cache set by the parent):
+    the compile of the matmul graphs, or the demo's whole build."""
     from max.driver import CPU
     from max.engine import InferenceSession
     from max.graph import Module
 
-    session = InferenceSession(devices=[CPU()])
-    if run.startswith("matmul"):
-        extensions = []
-        if run == "matmul-3-together":
-            module = Module()
-            matmul_graphs(3, module)
-            units = [module]
-        else:
-            units = matmul_graphs(1 if run == "matmul-1" else 3)
-    else:
+    if run.startswith("app"):
+        from model.gpt2 import load_gpt2
         from model.layers.custom_op import kernel_library
+        from model.together import compile_together, prepare
 
-        extensions = [kernel_library()]  # built (or found) before the clock starts
+        kernel_library()  # built (or found) before the clock starts
         caches = {"app-in_place": ["in_place"], "app-concat": ["concat"]}.get(run, ["in_place", "concat"])
-        graphs = app_graphs(caches)
-        units = [together(graphs)] if run == "app-both-together" else graphs
+        start = time.perf_counter()
+        if run == "app-both-together":
+            compile_together([prepare("demo", device="cpu", dtype="float32", cache=cache, with_tokenizer=False)
+                              for cache in caches])
+        else:
+            load_gpt2("demo", device="cpu", dtype="float32", cache=caches[0], with_tokenizer=False)
+        return time.perf_counter() - start
+    session = InferenceSession(devices=[CPU()])
+    if run == "matmul-3-together":
+        module = Module()
+        matmul_graphs(3, module)
+        units = [module]
+    else:
+        units = matmul_graphs(1 if run == "matmul-1" else 3)
     start = time.perf_counter()
     for unit in units:
-        compiled = session.compile(unit, custom_extensions=extensions)
-        assert compiled is not None
+        session.load_all(unit)  # compiled, then bound (no weights)
     return time.perf_counter() - start
 
 
@@ -117,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     for run in RUNS["app" if args.app else "matmul"]:
         with tempfile.TemporaryDirectory(prefix="max-cache-") as cache:
             done = subprocess.run([sys.executable, "-m", "bench.compile_together", "--child", run], cwd=ROOT,
-                                  env=dict(os.environ, MODULAR_CACHE_DIR=cache), capture_output=True, text=True)
+                                  env=dict(os.environ, MODULAR_CACHE_DIR=cache, **NO_SAVED), capture_output=True,
+                                  text=True)
         if done.returncode != 0:
             print(f"{run:<22} failed: {done.stderr.strip().splitlines()[-1:]}")
             continue

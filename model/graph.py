@@ -119,9 +119,38 @@ def wrap(lm, kit: Course, options: BuildOptions, vocab_size: int):
 GRAPH_NAME = "gpt2"
 
 
-def trace_graph(graph, config, options: BuildOptions):
+def trace_graph(graph, config, options: BuildOptions, name: str = GRAPH_NAME):
     """``graph`` traced as ``compile_graph`` traces it, not compiled: MAX's Graph."""
-    return graph.trace(*input_types(config, options), name=GRAPH_NAME).graph
+    return graph.trace(*input_types(config, options), name=name).graph
+
+
+class OneOf(nn.Module):
+    """Several builds' graph modules, the weights of each named under its
+    index (``builds.<i>.``) so that one registry binds them all; traced once
+    per build, ``which`` saying whose forward is traced."""
+
+    def __init__(self, graphs: list) -> None:
+        super().__init__()
+        self.builds = nn.ModuleList(graphs)
+        self.which = 0
+
+    def forward(self, *inputs):
+        return self.builds[self.which](*inputs)
+
+
+def one_module(graphs: list):
+    """Traced graphs, each named apart, moved into the first one's module:
+    one unit for MAX to compile (``InferenceSession.compile``, then
+    ``init_all`` gives a model per graph, by name)."""
+    from max.graph import Module
+
+    module = graphs[0].module.mlir_module
+    [last] = list(module.body)
+    for graph in graphs[1:]:
+        [op] = list(graph.module.mlir_module.body)
+        op.move_after(last)
+        last = op
+    return Module(mlir_module=module)
 
 
 def compile_graph(graph, config, options: BuildOptions, weights: dict, store):

@@ -686,10 +686,11 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
     assert real_run_app("own", "demo", 4, tmp_path)["tokens"] == [1]
 
 
-def test_compile_together_puts_each_graph_in_one_module_under_its_own_name():
-    # bench/compile_together.py's unit of compile, checked without compiling:
-    # three graphs built apart end up as three named graphs of one module.
-    from bench.compile_together import matmul_graphs, together
+def test_graphs_built_apart_become_one_unit_to_compile():
+    # model/graph.py's one_module (what compile_together compiles), checked
+    # without compiling: three graphs traced apart, one module holding all three.
+    from bench.compile_together import matmul_graphs
+    from model.graph import one_module
 
-    module = together(matmul_graphs(3))
-    assert module.top_level_graph_names() == ["matmul0", "matmul1_1", "matmul2_2"]
+    module = one_module(matmul_graphs(3))
+    assert module.top_level_graph_names() == ["matmul0", "matmul1", "matmul2"]

@@ -1,5 +1,6 @@
 """The app has one model build: ``model.gpt2.load_gpt2`` (its graph made by
-model/graph.py). Read from the source, so that a second build path (another
+model/graph.py; model/together.py compiles several such builds as one unit,
+for a caller that needs them at once). Read from the source, so that a second build path (another
 compile, a tree patched after construction, a string-built import of the
 course) fails here by name; and the package's shape: one place
 defines each build option, each cache path, each Linear class.
@@ -23,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 APP = (sorted((ROOT / "model").rglob("*.py")) + sorted((ROOT / "bench").glob("*.py"))
        + sorted((ROOT / "serve").glob("*.py")))
-BUILD = (ROOT / "model" / "gpt2.py", ROOT / "model" / "graph.py")
+BUILD = (ROOT / "model" / "gpt2.py", ROOT / "model" / "graph.py", ROOT / "model" / "together.py")
 SERVED_TARGETS = ROOT / "serve" / "targets.py"  # the engine's graph compiled for other hardware, never run
 SERVED_NETWORK = ROOT / "serve" / "network.py"  # the engine's build: the course's model with the paged cache
 

@@ -139,13 +139,22 @@ TOLERANCE = {"q4_0": (0.10, 0.95), "q4_0m": (0.10, 0.95), "q6_k": (0.04, 0.97)}
 GREEDY_PREFIX = {"q4_0": 10, "q4_0m": 8, "q6_k": 10}
 
 
-@pytest.fixture(scope="module", params=sorted(TOLERANCE))
-def trained(request):
-    from model.gpt2 import load_gpt2
+@pytest.fixture(scope="module")
+def trained_builds():
+    """trained-bytes in each quantized precision and in float32, compiled
+    as one unit (model.together.compile_together): one compile, not four."""
+    from model.together import compile_together, prepare
 
     folder, _, arrays = reference("trained-bytes")
-    gpt2 = load_gpt2(folder, device="cpu", dtype=request.param, with_tokenizer=False)
-    return gpt2, arrays
+    dtypes = [*sorted(TOLERANCE), "float32"]
+    builds = compile_together([prepare(folder, device="cpu", dtype=dtype, with_tokenizer=False) for dtype in dtypes])
+    return dict(zip(dtypes, builds)), arrays
+
+
+@pytest.fixture(params=sorted(TOLERANCE))
+def trained(request, trained_builds):
+    builds, arrays = trained_builds
+    return builds[request.param], arrays
 
 
 def test_quantized_logits_stay_close(trained):
@@ -163,34 +172,48 @@ def test_quantized_greedy_starts_like_hugging_face(trained):
     assert tokens[0].tolist() == ref["greedy"][0, :n].tolist()
 
 
-def test_float32_equals_hugging_face_on_the_trained_checkpoint():
-    from model.gpt2 import load_gpt2
-
-    folder, _, ref = reference("trained-bytes")
-    gpt2 = load_gpt2(folder, device="cpu", with_tokenizer=False)
-    assert np.abs(gpt2.forward_logits(ref["ids"]) - ref["logits"]).max() <= 1e-4
+def test_float32_equals_hugging_face_on_the_trained_checkpoint(trained_builds):
+    builds, ref = trained_builds
+    assert np.abs(builds["float32"].forward_logits(ref["ids"]) - ref["logits"]).max() <= 1e-4
 
 
-@pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
-def test_another_kernel_path_writes_the_same_demo_text(dtype, monkeypatch):
-    # Before the AVX2 path, on an AVX2-only CPU q4_0 wrote "!!!!" (MAX's Q4_0 kernel read
-    # blocks packed for AVX-512). The demo's greedy continuation on this CPU's
-    # own path and on another it can run (AVX2 where this CPU has AVX-512,
-    # portable where it has AVX2 only): the same tokens, logits within float
-    # rounding (the 8-bit dot products are exact integers on every path).
-    from checkpoints import demo_reference
-
+@pytest.fixture(scope="module")
+def demo_on_two_paths():
+    """The demo in q8_0 and q4_0 on this CPU's own kernel path ("auto") and
+    on another it can run (AVX2 where this CPU has AVX-512, portable where it
+    has AVX2 only), by (dtype, path). The q8_0 graph on the CPU's own path is
+    the app's, loaded as the app loads it (other tests share it); the other
+    three are compiled as one unit."""
     from model import cpu
     from model.gpt2 import load_gpt2
+    from model.together import compile_together, prepare
     from weights import resolve_model
 
     other = next(p for p in ("avx2", "portable") if p != cpu.native_path() and not cpu.missing(p))
+    demo = resolve_model("demo")
+    builds = {("q8_0", "auto"): load_gpt2(demo, device="cpu", dtype="q8_0", with_tokenizer=False)}
+    together = [("q8_0", other), ("q4_0", "auto"), ("q4_0", other)]
+    prepared = []
+    for dtype, path in together:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(cpu.ENV, path)  # read when the layers are built
+            prepared.append(prepare(demo, device="cpu", dtype=dtype, with_tokenizer=False))
+    builds |= dict(zip(together, compile_together(prepared)))
+    return other, builds
+
+
+@pytest.mark.parametrize("dtype", ["q8_0", "q4_0"])
+def test_another_kernel_path_writes_the_same_demo_text(dtype, demo_on_two_paths):
+    # Before the AVX2 path, on an AVX2-only CPU q4_0 wrote "!!!!" (MAX's Q4_0 kernel read
+    # blocks packed for AVX-512). The demo's greedy continuation on this CPU's
+    # own path and on another it can run: the same tokens, logits within float
+    # rounding (the 8-bit dot products are exact integers on every path).
+    from checkpoints import demo_reference
+
+    other, builds = demo_on_two_paths
     ref = demo_reference()
-    runs = {}
-    for path in ("auto", other):
-        monkeypatch.setenv(cpu.ENV, path)
-        gpt2 = load_gpt2(resolve_model("demo"), device="cpu", dtype=dtype, with_tokenizer=False)
-        runs[path] = gpt2.forward_logits(ref["ids"]), greedy(gpt2, ref["prompt"], 12)[0][0].tolist()
+    runs = {path: (builds[dtype, path].forward_logits(ref["ids"]),
+                   greedy(builds[dtype, path], ref["prompt"], 12)[0][0].tolist()) for path in ("auto", other)}
     (auto_logits, auto_tokens), (other_logits, other_tokens) = runs["auto"], runs[other]
     assert other_tokens == auto_tokens and 0 not in auto_tokens  # token 0 is "!"
     assert np.abs(other_logits - auto_logits).max() <= 1e-3 * np.abs(auto_logits).max()

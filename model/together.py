@@ -1,0 +1,105 @@
+"""Several CPU builds compiled by MAX as one unit.
+
+    builds = [prepare(folder, device="cpu", dtype=dtype) for dtype in ("q8_0", "q4_0")]
+    q8_0, q4_0 = compile_together(builds)         # one GPT2 each, as load_gpt2 gives them
+
+Most of a compile's time is spent once per compile, whatever its graphs
+hold: on 2 cores one matmul's graph took ~80 s, the demo's whole graph ~2 min
+(``python -m bench.compile_together`` measures it). MAX compiles several
+graphs as one unit (a module holding each graph; ``init_all`` then gives a
+model per graph), so a caller that needs several builds at once, as a test
+comparing precisions or kernel paths does, pays for one compile.
+
+``prepare`` builds the course's model as ``load_gpt2`` does (its layers'
+kernel path, ``$GPT2_MAX_KERNEL_PATH``, read then) and reads its weights;
+``compile_together`` traces each build with its weights' names under its
+index (one registry binds them all: model/graph.py's OneOf), compiles once,
+and drives each model as a saved graph is driven. Nothing is saved: model/saved_graphs.py
+keeps one graph per file, so a later ``load_gpt2`` of one of these builds
+compiles it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import SimpleNamespace
+
+from model import caches
+from model.course import config_class, course
+from model.gpt2 import GPT2, as_in_graph, weight_bytes, with_vocab_rows
+from model.options import BuildOptions
+from weights import Checkpoint, load_state, open_checkpoint
+
+
+@dataclass
+class Prepared:
+    """One CPU build made up to its compile."""
+
+    options: BuildOptions
+    checkpoint: Checkpoint
+    config: object
+    kit: object
+    lm: object
+    weights: dict
+    with_tokenizer: bool
+
+
+def prepare(model: str | Path | Checkpoint, options: BuildOptions | None = None, *, with_tokenizer: bool = True,
+            **fields) -> Prepared:
+    """``load_gpt2``'s build of ``model`` up to the compile (same arguments)."""
+    from model.graph import build_lm
+
+    options = replace(options or BuildOptions(), **fields)
+    placement = options.placement
+    if placement.kind != "cpu":
+        raise ValueError("compile_together builds for the CPU only")
+    if options.attention_layer is not None:
+        raise ValueError("compile_together builds no attention map")
+    checkpoint = open_checkpoint(model)
+    config = checkpoint.config_as(config_class(options.impl))
+    graph_config = as_in_graph(config, placement)
+    kit = course(options.impl)
+    lm = build_lm(kit, graph_config, options)
+    folder = checkpoint.folder
+    state = with_vocab_rows(load_state(folder, config, caches.float32_copies(folder)), graph_config.vocab_size)
+    if placement.quantization:
+        from model.layers import quantized_specs
+        from model.quantize import saved_quantize_state
+
+        state = saved_quantize_state(quantized_specs(lm), state, folder)
+    weights = {"lm." + key: array for key, array in state.items()}  # the names load_gpt2's graph gives them
+    return Prepared(options, checkpoint, config, kit, lm, weights, with_tokenizer)
+
+
+def compile_together(builds: list[Prepared]) -> list[GPT2]:
+    """``builds`` compiled as one unit: a GPT2 each, in order."""
+    from max.driver import CPU, Buffer
+    from max.engine import InferenceSession
+
+    from model.graph import OneOf, one_module, trace_graph, wrap
+    from model.layers import quantized_that_ran
+    from model.layers.custom_op import kernel_library
+
+    start = time.perf_counter()
+    every = OneOf([wrap(build.lm, build.kit, build.options, build.config.vocab_size) for build in builds])
+    graphs, registry = [], {}
+    for i, build in enumerate(builds):
+        every.which = i
+        graphs.append(trace_graph(every, build.config, build.options, name=f"gpt2_{i}"))
+        registry |= {f"builds.{i}.{key}": Buffer.from_dlpack(array) for key, array in build.weights.items()}
+    session = InferenceSession(devices=[CPU()])
+    extensions = [kernel_library()] if any(build.options.uses_kernels for build in builds) else []
+    print(f"compiling {len(builds)} model graphs as one ...", file=sys.stderr, flush=True)
+    models = session.init_all(session.compile(one_module(graphs), custom_extensions=extensions),
+                              weights_registry=registry)
+    seconds = time.perf_counter() - start
+    print(f"compiled in {seconds:.1f} s", file=sys.stderr, flush=True)
+    return [GPT2(build.config, build.options, SimpleNamespace(engine_model=models[f"gpt2_{i}"]), seconds,
+                 build.checkpoint.tokenizer if build.with_tokenizer else None, str(build.checkpoint.folder),
+                 quantized_layers=quantized_that_ran(build.lm),
+                 eos_token_ids=build.checkpoint.eos_token_ids(build.with_tokenizer),
+                 weight_bytes=weight_bytes(build.weights, build.options.placement))
+            for i, build in enumerate(builds)]
