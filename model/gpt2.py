@@ -63,11 +63,7 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     one-line message for anything the user can fix."""
     options = replace(options or BuildOptions(), **fields)
     placement = options.placement  # a device the machine lacks is refused before anything is read
-    checkpoint = open_checkpoint(model)
-    config = checkpoint.config_as(config_class(options.impl))
-    if options.attention_layer is not None and not 0 <= options.attention_layer < config.n_layer:
-        raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
-    graph_config = as_in_graph(config, placement)  # a GPU's head is wider
+    checkpoint, config, graph_config = opened(model, options)
     name = saved_graphs.graph_name(options, graph_config)
     if not saved_graphs.is_saved(name):  # the demo's and GPT-2 124M's graphs came with the project
         name = portable.saved_name(options, graph_config, lambda: traced_graph(config, options),
@@ -79,8 +75,7 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
               f"{first}; saved for later runs) ...", file=sys.stderr, flush=True)
     tokenizer = checkpoint.tokenizer if with_tokenizer else None
     folder = checkpoint.folder
-    state = load_state(folder, config, caches.float32_copies(folder))  # every shape verified before building
-    state = with_vocab_rows(state, graph_config.vocab_size)
+    state = checkpoint_state(folder, config, graph_config)  # every shape verified before building
     store = saved_graphs.store_for(name, placement.max_device(), direct=placement.dtype != "bfloat16")
     # The course's model is built to be traced, and to say which layers are
     # quantized; a saved graph driven directly needs neither (its facts say).
@@ -91,13 +86,11 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
 
         kit = course(options.impl)
         lm = build_lm(kit, graph_config, options)
-    if placement.quantization:
+    if placement.quantization and lm is not None:
         from model.layers import quantized_specs
-        from model.quantize import saved_quantize_state
 
-        specs = quantized_specs(lm) if lm is not None else specs
-        state = saved_quantize_state(specs, state, folder)
-    weights = {"lm." + key: array for key, array in state.items()}
+        specs = quantized_specs(lm)
+    weights = graph_weights(state, folder, placement, specs)
     held = weight_bytes(weights, placement)
     if placement.dtype == "bfloat16":
         weights = as_bfloat16(weights)
@@ -115,6 +108,34 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
                 quantized_layers=quantized, saved_graph=store.loaded,
                 eos_token_ids=checkpoint.eos_token_ids(with_tokenizer),
                 weight_bytes=held)
+
+
+def opened(model: str | Path | Checkpoint, options: BuildOptions):
+    """The checkpoint, its config as the course's class, and the config the
+    graph is built for (a GPU's head is wider); an attention layer the model
+    lacks refused."""
+    checkpoint = open_checkpoint(model)
+    config = checkpoint.config_as(config_class(options.impl))
+    if options.attention_layer is not None and not 0 <= options.attention_layer < config.n_layer:
+        raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
+    return checkpoint, config, as_in_graph(config, options.placement)
+
+
+def checkpoint_state(folder: Path, config, graph_config) -> dict:
+    """The checkpoint's float32 arrays (every shape verified), the head
+    widened to the graph's vocabulary."""
+    return with_vocab_rows(load_state(folder, config, caches.float32_copies(folder)), graph_config.vocab_size)
+
+
+def graph_weights(state: dict, folder: Path, placement, specs: dict | None) -> dict:
+    """``state`` as the graph is given it, by its weights' names: the
+    quantized layers' blocks in place of their arrays (``specs``: which
+    layers, as model/layers' quantized_specs says)."""
+    if placement.quantization:
+        from model.quantize import saved_quantize_state
+
+        state = saved_quantize_state(specs, state, folder)
+    return {"lm." + key: array for key, array in state.items()}
 
 
 def traced_graph(config, options: BuildOptions):
