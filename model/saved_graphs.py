@@ -17,9 +17,16 @@ change to any of them gives a new name, hence a fresh compile. Beside the
 MEF, ``facts.json`` keeps what the build learnt while tracing (how many
 quantized layers the graph calls).
 
+Several graphs compiled as one unit (model/together.py) are saved as one
+MEF, a *bundle*: each graph's folder then holds only its facts, which name
+the bundle, the graph's name inside it and the prefix of its weights' names.
+MAX binds every graph of an artifact when it loads one, so a graph loaded
+from a bundle binds a one-element placeholder for each of the others'
+weights; those graphs are never run.
+
 Where: ``graphs/`` in the project's cache folder (model/caches.py), one
-folder per graph (~14 MB for GPT-2 124M). Delete it to free the space; set
-``GPT2_MAX_SAVED_GRAPHS=0`` to compile every time.
+folder per graph (~14 MB for GPT-2 124M) or bundle. Delete it to free the
+space; set ``GPT2_MAX_SAVED_GRAPHS=0`` to compile every time.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from model import caches
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = "manifest.json"  # what MAX's MefStore writes beside the artifacts
 FACTS = "facts.json"  # what the build learnt while tracing the graph (load_gpt2)
+BUNDLE_MEF = "bundle.mef"  # several graphs compiled as one unit (model/together.py)
+BUNDLE_WEIGHTS = "weights.json"  # each of the bundle's graphs' weights' names
 
 
 def graph_name(options, config, cpu_description: str | None = None) -> str:
@@ -116,10 +125,7 @@ class Store:
         if self.staging is None:
             return
         (self.staging / FACTS).write_text(json.dumps(facts))
-        try:
-            os.rename(self.staging, caches.folder("graphs") / self.name)
-        except OSError:
-            self.discard()
+        _move(self.staging, caches.folder("graphs") / self.name)
 
     def discard(self) -> None:
         """Drop a half-written MEF (the compile failed or was interrupted)."""
@@ -128,7 +134,7 @@ class Store:
 
     def run(self, weights: dict) -> SavedGraph:
         """The saved graph, loaded into ``session`` with ``weights`` bound."""
-        return SavedGraph(self.session, self.mef, weights)
+        return SavedGraph(self.session, self.mef, weights, self.facts)
 
 
 class SavedGraph:
@@ -140,22 +146,72 @@ class SavedGraph:
     graph first calls one); loading the MEF and binding the weights takes
     ~0.03 s."""
 
-    def __init__(self, session, mef: Path, weights: dict) -> None:
+    def __init__(self, session, mef: Path, weights: dict, facts: dict | None = None) -> None:
+        import numpy as np
         from max.driver import Buffer
         from max.engine import read
 
         # As Module.compile hands them over: driver buffers (zero-copy views
         # of writable arrays). Raw numpy int8/float16 arrays crashed the
         # Q8_0 graph at its first call.
-        self.engine_model = session.init(read(mef),
-                                         weights_registry={k: Buffer.from_dlpack(v) for k, v in weights.items()})
+        registry = {k: Buffer.from_dlpack(v) for k, v in weights.items()}
+        bundle = (facts or {}).get("bundle")
+        if bundle is None:
+            self.engine_model = session.init(read(mef), weights_registry=registry)
+            return
+        registry = {bundle["prefix"] + k: v for k, v in registry.items()}
+        placeholder = Buffer.from_dlpack(np.zeros(1, np.float32))
+        others = json.loads((mef.parent / BUNDLE_WEIGHTS).read_text())
+        for graph, names in others.items():
+            if graph != bundle["graph"]:
+                registry |= dict.fromkeys(names, placeholder)
+        self.engine_model = session.init_all(read(mef), weights_registry=registry)[bundle["graph"]]
 
 
 def is_saved(name: str) -> bool:
     """Whether ``name``'s graph is saved (and will be loaded, not compiled):
     answered from the folder alone, before MAX is imported."""
     folder = caches.folder("graphs") / name
-    return caches.enabled() and (folder / MANIFEST).is_file() and (folder / FACTS).is_file()
+    if not caches.enabled() or not (folder / FACTS).is_file():
+        return False
+    return (folder / MANIFEST).is_file() or bundle_mef(json.loads((folder / FACTS).read_text())) is not None
+
+
+def bundle_mef(facts: dict) -> Path | None:
+    """The bundle a saved graph's ``facts`` say it is in, when that is saved."""
+    if "bundle" not in facts:
+        return None
+    mef = caches.folder("graphs") / facts["bundle"]["name"] / BUNDLE_MEF
+    return mef if mef.is_file() else None
+
+
+def keep_bundle(compiled, members: list[tuple[str, dict]], weights: dict[str, list[str]]) -> None:
+    """Save ``compiled`` (MAX's artifact of several graphs compiled as one unit)
+    as a bundle, and each of its ``members``: a graph's name (``graph_name``)
+    and its facts, which say its graph's name in the bundle (``graph``) and
+    its weights' prefix (``prefix``). ``weights``: each graph's weights'
+    names. A member saved already is left as it is."""
+    if not caches.enabled():
+        return
+    graphs = _mkdir(caches.folder("graphs"))
+    name = "bundle_" + hashlib.sha256(" ".join(sorted(n for n, _ in members)).encode()).hexdigest()[:20]
+    staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=graphs))
+    compiled.export_mef(staging / BUNDLE_MEF)
+    (staging / BUNDLE_WEIGHTS).write_text(json.dumps(weights))
+    _move(staging, graphs / name)
+    for member, facts in members:
+        staging = Path(tempfile.mkdtemp(prefix=member + ".", dir=graphs))
+        facts["bundle"] |= {"name": name}
+        (staging / FACTS).write_text(json.dumps(facts))
+        _move(staging, graphs / member)
+
+
+def _move(staging: Path, to: Path) -> None:
+    """``staging`` moved to ``to`` atomically; dropped if ``to`` is there already."""
+    try:
+        os.rename(staging, to)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def store_for(name: str, device, direct: bool = True) -> Store:
@@ -174,6 +230,9 @@ def store_for(name: str, device, direct: bool = True) -> Store:
     folder = caches.folder("graphs") / name
     if is_saved(name):
         facts = json.loads((folder / FACTS).read_text())
+        mef = bundle_mef(facts)
+        if mef is not None:  # a bundle is only driven directly (model/together.py: CPU builds)
+            return Store(name, InferenceSession(devices=[device]), mef=mef, facts=facts)
         if not direct:
             return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), facts=facts)
         [graph] = json.loads((folder / MANIFEST).read_text())["graphs"]

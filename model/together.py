@@ -14,9 +14,11 @@ comparing precisions or kernel paths does, pays for one compile.
 kernel path, ``$GPT2_MAX_KERNEL_PATH``, read then) and reads its weights;
 ``compile_together`` traces each build with its weights' names under its
 index (one registry binds them all: model/graph.py's OneOf), compiles once,
-and drives each model as a saved graph is driven. Nothing is saved: model/saved_graphs.py
-keeps one graph per file, so a later ``load_gpt2`` of one of these builds
-compiles it.
+and drives each model as a saved graph is driven. The unit is saved as one
+bundle (model/saved_graphs.py), so a later ``load_gpt2`` of any of these
+builds, in any process, loads its graph from there: the test suite compiles
+the graphs its files load in a few such units before their tests run
+(tests/suite_graphs.py).
 """
 
 from __future__ import annotations
@@ -27,11 +29,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from model import caches
-from model.course import config_class, course
-from model.gpt2 import GPT2, as_in_graph, weight_bytes, with_vocab_rows
+from model.course import course
+from model.gpt2 import GPT2, checkpoint_state, graph_weights, opened, weight_bytes
 from model.options import BuildOptions
-from weights import Checkpoint, load_state, open_checkpoint
+from weights import Checkpoint
 
 
 @dataclass
@@ -45,11 +46,14 @@ class Prepared:
     lm: object
     weights: dict
     with_tokenizer: bool
+    name: str  # the graph's name in model/saved_graphs.py, as load_gpt2 would name it
+    specs: dict | None  # the quantized layers (model/layers' quantized_specs)
 
 
 def prepare(model: str | Path | Checkpoint, options: BuildOptions | None = None, *, with_tokenizer: bool = True,
             **fields) -> Prepared:
     """``load_gpt2``'s build of ``model`` up to the compile (same arguments)."""
+    from model import saved_graphs
     from model.graph import build_lm
 
     options = replace(options or BuildOptions(), **fields)
@@ -58,27 +62,26 @@ def prepare(model: str | Path | Checkpoint, options: BuildOptions | None = None,
         raise ValueError("compile_together builds for the CPU only")
     if options.attention_layer is not None:
         raise ValueError("compile_together builds no attention map")
-    checkpoint = open_checkpoint(model)
-    config = checkpoint.config_as(config_class(options.impl))
-    graph_config = as_in_graph(config, placement)
+    checkpoint, config, graph_config = opened(model, options)
+    state = checkpoint_state(checkpoint.folder, config, graph_config)
     kit = course(options.impl)
     lm = build_lm(kit, graph_config, options)
-    folder = checkpoint.folder
-    state = with_vocab_rows(load_state(folder, config, caches.float32_copies(folder)), graph_config.vocab_size)
+    specs = None
     if placement.quantization:
         from model.layers import quantized_specs
-        from model.quantize import saved_quantize_state
 
-        state = saved_quantize_state(quantized_specs(lm), state, folder)
-    weights = {"lm." + key: array for key, array in state.items()}  # the names load_gpt2's graph gives them
-    return Prepared(options, checkpoint, config, kit, lm, weights, with_tokenizer)
+        specs = quantized_specs(lm)
+    weights = graph_weights(state, checkpoint.folder, placement, specs)
+    return Prepared(options, checkpoint, config, kit, lm, weights, with_tokenizer,
+                    saved_graphs.graph_name(options, graph_config), specs)
 
 
 def compile_together(builds: list[Prepared]) -> list[GPT2]:
-    """``builds`` compiled as one unit: a GPT2 each, in order."""
+    """``builds`` compiled as one unit and saved as one bundle: a GPT2 each, in order."""
     from max.driver import CPU, Buffer
     from max.engine import InferenceSession
 
+    from model import saved_graphs
     from model.graph import OneOf, one_module, trace_graph, wrap
     from model.layers import quantized_that_ran
     from model.layers.custom_op import kernel_library
@@ -93,8 +96,13 @@ def compile_together(builds: list[Prepared]) -> list[GPT2]:
     session = InferenceSession(devices=[CPU()])
     extensions = [kernel_library()] if any(build.options.uses_kernels for build in builds) else []
     print(f"compiling {len(builds)} model graphs as one ...", file=sys.stderr, flush=True)
-    models = session.init_all(session.compile(one_module(graphs), custom_extensions=extensions),
-                              weights_registry=registry)
+    compiled = session.compile(one_module(graphs), custom_extensions=extensions)
+    members = [(build.name, {"quantized_layers": quantized_that_ran(build.lm), "quantized": build.specs or {},
+                             "bundle": {"graph": f"gpt2_{i}", "prefix": f"builds.{i}."}})
+               for i, build in enumerate(builds)]
+    saved_graphs.keep_bundle(compiled, members, {f"gpt2_{i}": [f"builds.{i}.{key}" for key in build.weights]
+                                                 for i, build in enumerate(builds)})
+    models = session.init_all(compiled, weights_registry=registry)
     seconds = time.perf_counter() - start
     print(f"compiled in {seconds:.1f} s", file=sys.stderr, flush=True)
     return [GPT2(build.config, build.options, SimpleNamespace(engine_model=models[f"gpt2_{i}"]), seconds,

@@ -150,3 +150,12 @@ def warn_unrecorded(rows: list[dict], program: str) -> None:
     if unrecorded:
         warnings.warn(f"compiled, not in model/compiled_targets.json: {', '.join(unrecorded)}; "
                       f"`python -m {program} --ci --record` spares later CI runs these compiles", stacklevel=2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def suite_graphs(request):
+    """The model graphs this file loads, compiled with its group's before its first test
+    (tests/suite_graphs.py): one compile for several graphs."""
+    from suite_graphs import compile_for
+
+    compile_for(request.path.name, {item.path.name for item in request.session.items})

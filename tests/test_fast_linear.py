@@ -368,13 +368,12 @@ def test_q8_0_greedy_tokens_equal_float32_on_trained_checkpoints(name):
 
 @pytest.fixture(scope="module")
 def random_q8_0():
-    """The two random reference checkpoints in q8_0, compiled as one unit, by name."""
-    from model.together import compile_together, prepare
+    """The two random reference checkpoints in q8_0, by name."""
+    from model.gpt2 import load_gpt2
 
     names = ["tiny-2l-4h", "tiny-3l-3h"]
-    builds = compile_together([prepare(reference(name)[0], device="cpu", dtype="q8_0", with_tokenizer=False)
-                               for name in names])
-    return {name: (gpt2, reference(name)[2]) for name, gpt2 in zip(names, builds)}
+    return {name: (load_gpt2(reference(name)[0], device="cpu", dtype="q8_0", with_tokenizer=False), reference(name)[2])
+            for name in names}
 
 
 @pytest.mark.parametrize("name", ["tiny-2l-4h", "tiny-3l-3h"])

@@ -141,14 +141,13 @@ GREEDY_PREFIX = {"q4_0": 10, "q4_0m": 8, "q6_k": 10}
 
 @pytest.fixture(scope="module")
 def trained_builds():
-    """trained-bytes in each quantized precision and in float32, compiled
-    as one unit (model.together.compile_together): one compile, not four."""
-    from model.together import compile_together, prepare
+    """trained-bytes in each quantized precision and in float32 (their graphs
+    compiled as one unit before this file's tests: tests/suite_graphs.py)."""
+    from model.gpt2 import load_gpt2
 
     folder, _, arrays = reference("trained-bytes")
     dtypes = [*sorted(TOLERANCE), "float32"]
-    builds = compile_together([prepare(folder, device="cpu", dtype=dtype, with_tokenizer=False) for dtype in dtypes])
-    return dict(zip(dtypes, builds)), arrays
+    return {dtype: load_gpt2(folder, device="cpu", dtype=dtype, with_tokenizer=False) for dtype in dtypes}, arrays
 
 
 @pytest.fixture(params=sorted(TOLERANCE))
@@ -181,24 +180,19 @@ def test_float32_equals_hugging_face_on_the_trained_checkpoint(trained_builds):
 def demo_on_two_paths():
     """The demo in q8_0 and q4_0 on this CPU's own kernel path ("auto") and
     on another it can run (AVX2 where this CPU has AVX-512, portable where it
-    has AVX2 only), by (dtype, path). The q8_0 graph on the CPU's own path is
-    the app's, loaded as the app loads it (other tests share it); the other
-    three are compiled as one unit."""
+    has AVX2 only), by (dtype, path)."""
+    from suite_graphs import other_path
+
     from model import cpu
     from model.gpt2 import load_gpt2
-    from model.together import compile_together, prepare
     from weights import resolve_model
 
-    other = next(p for p in ("avx2", "portable") if p != cpu.native_path() and not cpu.missing(p))
-    demo = resolve_model("demo")
-    builds = {("q8_0", "auto"): load_gpt2(demo, device="cpu", dtype="q8_0", with_tokenizer=False)}
-    together = [("q8_0", other), ("q4_0", "auto"), ("q4_0", other)]
-    prepared = []
-    for dtype, path in together:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv(cpu.ENV, path)  # read when the layers are built
-            prepared.append(prepare(demo, device="cpu", dtype=dtype, with_tokenizer=False))
-    builds |= dict(zip(together, compile_together(prepared)))
+    other, demo, builds = other_path(), resolve_model("demo"), {}
+    for dtype in ("q8_0", "q4_0"):
+        for path in ("auto", other):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv(cpu.ENV, path)  # read when the graph is named and its layers built
+                builds[dtype, path] = load_gpt2(demo, device="cpu", dtype=dtype, with_tokenizer=False)
     return other, builds
 
 

@@ -139,3 +139,33 @@ def test_a_saved_q8_0_graph_runs_directly(tmp_path, new_project_cache, monkeypat
     np.testing.assert_array_equal(second.forward_logits(ids), first.forward_logits(ids))
     step, _ = second.step(ids, second.empty_cache(1, 8))
     np.testing.assert_array_equal(step, first.step(ids, first.empty_cache(1, 8))[0])
+
+
+class Artifact:
+    """Stands in for MAX's compiled artifact: ``export_mef`` writes a file."""
+
+    def export_mef(self, path) -> None:
+        path.write_bytes(b"a bundle")
+
+
+def test_a_bundles_graphs_are_each_saved_by_name(new_project_cache):
+    """Graphs compiled as one unit (model/together.py) are saved as one bundle;
+    each graph's folder holds its facts, naming the bundle, its graph there and
+    its weights' prefix. A graph saved already is left as it was."""
+    graphs = new_project_cache / "graphs"
+    (graphs / "gpt2_b").mkdir(parents=True)
+    (graphs / "gpt2_b" / "facts.json").write_text('{"quantized_layers": 0}')
+    members = [(name, {"quantized_layers": 0, "quantized": {}, "bundle": {"graph": graph, "prefix": prefix}})
+               for name, graph, prefix in [("gpt2_a", "gpt2_0", "builds.0."), ("gpt2_b", "gpt2_1", "builds.1.")]]
+    assert not saved_graphs.is_saved("gpt2_a")
+    saved_graphs.keep_bundle(Artifact(), members, {"gpt2_0": ["builds.0.lm.w"], "gpt2_1": ["builds.1.lm.w"]})
+    facts = json.loads((graphs / "gpt2_a" / "facts.json").read_text())
+    mef = saved_graphs.bundle_mef(facts)
+    assert facts["bundle"]["graph"] == "gpt2_0" and facts["bundle"]["prefix"] == "builds.0."
+    assert mef.read_bytes() == b"a bundle" and mef.parent.name == facts["bundle"]["name"]
+    assert json.loads((mef.parent / "weights.json").read_text())["gpt2_1"] == ["builds.1.lm.w"]
+    assert saved_graphs.is_saved("gpt2_a")
+    assert json.loads((graphs / "gpt2_b" / "facts.json").read_text()) == {"quantized_layers": 0}  # kept
+    assert sorted(p.name for p in graphs.iterdir()) == sorted(["gpt2_a", "gpt2_b", facts["bundle"]["name"]])
+    mef.unlink()  # a bundle gone: its graphs are no longer saved
+    assert not saved_graphs.is_saved("gpt2_a")

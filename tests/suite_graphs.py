@@ -1,0 +1,145 @@
+"""The model graphs the suite's files load, compiled a group at a time before
+their tests run.
+
+Most of a graph's compile is paid once per compile, whatever it holds (on 2
+cores one matmul's graph ~80 s, a tiny model's ~2-3 min): compiled one by one,
+the graphs below were most of a cold run. Each group's graphs are compiled
+by MAX as one unit (model/together.py) and saved as one bundle
+(model/saved_graphs.py), where every ``load_gpt2`` of them finds its graph,
+in the test's process or a child's. A file's first test waits for its
+group's unit; the worker that gets there first compiles it, holding a lock
+the other waits on. A run of a few files compiles only their graphs. With
+saved graphs off (``GPT2_MAX_SAVED_GRAPHS=0``) nothing is compiled here and
+each test compiles what it loads, as a user's run would.
+
+A build listed here that a test no longer loads costs a little of its
+group's compile and nothing else; a graph a test loads that is not listed is
+compiled by that test alone. ``python -m bench.compiles --report`` lists the
+compiles of a run by test.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+from checkpoints import TINY, reference
+
+from model import caches, cpu
+from weights.synthetic import write_checkpoint
+
+
+@dataclass(frozen=True)
+class Build:
+    """One ``load_gpt2(checkpoint, device="cpu", **options)``, under
+    ``$GPT2_MAX_KERNEL_PATH=kernel_path`` and with the CPU's head widened to
+    a multiple of ``vocab_multiple`` (model/gpt2.py's VOCAB_MULTIPLE) when
+    those are given, as the test that loads it sets them."""
+
+    checkpoint: str  # a reference checkpoint's name (tests/checkpoints.py), "demo" or "tiny"
+    options: tuple = ()  # (field, value) pairs of BuildOptions
+    kernel_path: str | None = None
+    vocab_multiple: int | None = None
+
+
+def other_path() -> str:
+    """A kernel path this CPU runs besides its own (test_quantize's demo on two paths)."""
+    return next(p for p in ("avx2", "portable") if p != cpu.native_path() and not cpu.missing(p))
+
+
+def demo(dtype: str, path: str | None = None) -> Build:
+    return Build("demo", (("dtype", dtype),), path)
+
+
+TRAINED = [Build("trained-bytes", (("dtype", dtype),)) for dtype in ("q4_0", "q4_0m", "q6_k", "float32")]
+
+# What each file loads, by group: one unit per group. Not here: the graphs that tests with a
+# project cache of their own (test_saved_graphs.py) or with the learner's steps (test_app.py's
+# finished course) load again, and find in MAX's cache only when some test compiled them
+# alone: tiny-2l-4h's and the app tests' tiny checkpoint's float32 graphs, trained-bytes' q8_0.
+GROUPS = {
+    "quantize": {
+        "test_quantize.py": [*TRAINED, demo("q8_0"), demo("q8_0", "other"), demo("q4_0"), demo("q4_0", "other")],
+    },
+    "models": {
+        "test_fast_linear.py": [Build("tiny-2l-4h", (("linear", "course"),)), demo("q8_0"),
+                                Build("tiny-2l-4h", (("dtype", "q8_0"),)), Build("tiny-3l-3h", (("dtype", "q8_0"),))],
+        "test_kv_cache.py": [Build("tiny-2l-4h", (("cache", "concat"),))],
+        "test_model.py": [Build("tiny-3l-3h"), Build("tiny", vocab_multiple=64)],
+        "test_generate.py": [Build("padded-vocab")],
+    },
+}
+
+
+@cache
+def checkpoint_folder(name: str) -> Path:
+    """Where ``name``'s checkpoint is: only its config shapes the graph."""
+    if name == "demo":
+        from weights import resolve_model
+
+        return resolve_model("demo")
+    if name == "tiny":  # checkpoints.TINY, as test_model.py writes it
+        return write_checkpoint(Path(tempfile.mkdtemp(prefix="suite-graphs-")) / "tiny", TINY)
+    return reference(name)[0]
+
+
+@contextmanager
+def as_loaded(build: Build):
+    """``build``'s kernel path and head's width set, as the test sets them."""
+    import model.gpt2
+
+    with pytest.MonkeyPatch.context() as patch:
+        if build.kernel_path is not None:
+            patch.setenv(cpu.ENV, other_path() if build.kernel_path == "other" else build.kernel_path)
+        if build.vocab_multiple is not None:
+            patch.setitem(model.gpt2.VOCAB_MULTIPLE, "cpu", build.vocab_multiple)
+        yield
+
+
+def graph_name(build: Build) -> str:
+    """The name ``load_gpt2`` gives ``build``'s graph (model/saved_graphs.py)."""
+    from model import saved_graphs
+    from model.gpt2 import opened
+    from model.options import BuildOptions
+
+    options = BuildOptions(device="cpu", **dict(build.options))
+    with as_loaded(build):
+        _, _, graph_config = opened(checkpoint_folder(build.checkpoint), options)
+        return saved_graphs.graph_name(options, graph_config)
+
+
+def compile_for(file: str, collected: set[str]) -> None:
+    """Compile the graphs of ``file``'s group that the run's ``collected``
+    files load and are not saved yet, as one unit; wait while another worker
+    does."""
+    from model import saved_graphs
+
+    name, group = next(((name, files) for name, files in GROUPS.items() if file in files), (None, None))
+    if group is None or not caches.enabled():
+        return
+    builds = list(dict.fromkeys(build for loader, listed in group.items() if loader in collected for build in listed))
+    folder = caches.folder("graphs")
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"suite-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        missing = [build for build in builds if not saved_graphs.is_saved(graph_name(build))]
+        if missing:
+            compile_together(missing)
+
+
+def compile_together(builds: list[Build]) -> None:
+    from model.together import compile_together, prepare
+
+    prepared = []
+    for build in builds:
+        with as_loaded(build):
+            prepared.append(prepare(checkpoint_folder(build.checkpoint), device="cpu", with_tokenizer=False,
+                                    **dict(build.options)))
+    print(f"the suite's graphs: {len(builds)} compiled as one unit", file=sys.stderr, flush=True)
+    compile_together(prepared)
