@@ -15,8 +15,9 @@ no saved or shipped graph is used):
                                                 # each alone (load_gpt2), then both in one
                                                 # compile (model.together.compile_together)
 
-A test that needs several builds compiles them together
-(``model.together.compile_together``): on 2 cores each compile is 1.5-3 min.
+The test suite compiles the model graphs its files load a group at a time
+(tests/suite_graphs.py, through ``model.together.compile_together``): on 2
+cores each compile is 1.5-3 min.
 """
 
 from __future__ import annotations

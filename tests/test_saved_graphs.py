@@ -122,9 +122,9 @@ def test_a_saved_q8_0_graph_runs_directly(tmp_path, new_project_cache, monkeypat
     building the course's model, even when its blocks must be made again."""
     import shutil
 
-    from weights import resolve_model
-
-    folder = shutil.copytree(resolve_model("demo"), tmp_path / "demo")  # n_embd 128: every layer on the kernel
+    # trained-bytes (n_embd 256: every layer on the kernel), whose q8_0 graph tests/test_fast_linear.py compiles too
+    source, _, ref = reference("trained-bytes")
+    folder = shutil.copytree(source, tmp_path / "ckpt")
     first = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
     import model.graph
 
@@ -135,7 +135,7 @@ def test_a_saved_q8_0_graph_runs_directly(tmp_path, new_project_cache, monkeypat
     shutil.rmtree(new_project_cache / "quantized")  # so the blocks are made again from those facts
     second = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
     assert type(second.compiled).__name__ == "SavedGraph" and second.quantized_layers == first.quantized_layers > 0
-    ids = np.array([[15496, 11, 995, 0, 383]])
+    ids = ref["ids"][:1, :5]
     np.testing.assert_array_equal(second.forward_logits(ids), first.forward_logits(ids))
     step, _ = second.step(ids, second.empty_cache(1, 8))
     np.testing.assert_array_equal(step, first.step(ids, first.empty_cache(1, 8))[0])
