@@ -48,9 +48,9 @@ class Build:
     vocab_multiple: int | None = None
 
 
-def other_path() -> str:
-    """A kernel path this CPU runs besides its own (test_quantize's demo on two paths)."""
-    return next(p for p in ("avx2", "portable") if p != cpu.native_path() and not cpu.missing(p))
+def other_path() -> str | None:
+    """A kernel path this CPU runs besides its own (test_quantize's demo on two paths), if any."""
+    return next((p for p in ("avx2", "portable") if p != cpu.native_path() and not cpu.missing(p)), None)
 
 
 def demo(dtype: str, path: str | None = None) -> Build:
@@ -123,7 +123,8 @@ def compile_for(file: str, collected: set[str]) -> None:
     name, group = next(((name, files) for name, files in GROUPS.items() if file in files), (None, None))
     if group is None or not caches.enabled():
         return
-    builds = list(dict.fromkeys(build for loader, listed in group.items() if loader in collected for build in listed))
+    builds = list(dict.fromkeys(build for loader, listed in group.items() if loader in collected for build in listed
+                                if build.kernel_path != "other" or other_path() is not None))
     folder = caches.folder("graphs")
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"suite-{name}.lock", "w") as lock:

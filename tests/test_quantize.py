@@ -188,6 +188,8 @@ def demo_on_two_paths():
     from weights import resolve_model
 
     other, demo, builds = other_path(), resolve_model("demo"), {}
+    if other is None:
+        pytest.skip("this CPU runs one kernel path only")
     for dtype in ("q8_0", "q4_0"):
         for path in ("auto", other):
             with pytest.MonkeyPatch.context() as patch:
