@@ -201,8 +201,7 @@ def keep_bundle(compiled, members: list[tuple[str, dict]], weights: dict[str, li
     _move(staging, graphs / name)
     for member, facts in members:
         staging = Path(tempfile.mkdtemp(prefix=member + ".", dir=graphs))
-        facts["bundle"] |= {"name": name}
-        (staging / FACTS).write_text(json.dumps(facts))
+        (staging / FACTS).write_text(json.dumps({**facts, "bundle": {**facts["bundle"], "name": name}}))
         _move(staging, graphs / member)
 
 

@@ -88,26 +88,28 @@ def compile_together(builds: list[Prepared]) -> list[GPT2]:
 
     start = time.perf_counter()
     every = OneOf([wrap(build.lm, build.kit, build.options, build.config.vocab_size) for build in builds])
+    names = [f"gpt2_{i}" for i in range(len(builds))]  # each graph's name in the unit
+    prefixes = [f"builds.{i}." for i in range(len(builds))]  # its weights' names there (OneOf)
     graphs, registry = [], {}
     for i, build in enumerate(builds):
         every.which = i
-        graphs.append(trace_graph(every, build.config, build.options, name=f"gpt2_{i}"))
-        registry |= {f"builds.{i}.{key}": Buffer.from_dlpack(array) for key, array in build.weights.items()}
+        graphs.append(trace_graph(every, build.config, build.options, name=names[i]))
+        registry |= {prefixes[i] + key: Buffer.from_dlpack(array) for key, array in build.weights.items()}
+    ran = [quantized_that_ran(build.lm) for build in builds]  # known once traced
     session = InferenceSession(devices=[CPU()])
     extensions = [kernel_library()] if any(build.options.uses_kernels for build in builds) else []
     print(f"compiling {len(builds)} model graphs as one ...", file=sys.stderr, flush=True)
     compiled = session.compile(one_module(graphs), custom_extensions=extensions)
-    members = [(build.name, {"quantized_layers": quantized_that_ran(build.lm), "quantized": build.specs or {},
-                             "bundle": {"graph": f"gpt2_{i}", "prefix": f"builds.{i}."}})
+    members = [(build.name, {"quantized_layers": ran[i], "quantized": build.specs or {},
+                             "bundle": {"graph": names[i], "prefix": prefixes[i]}})
                for i, build in enumerate(builds)]
-    saved_graphs.keep_bundle(compiled, members, {f"gpt2_{i}": [f"builds.{i}.{key}" for key in build.weights]
+    saved_graphs.keep_bundle(compiled, members, {names[i]: [prefixes[i] + key for key in build.weights]
                                                  for i, build in enumerate(builds)})
     models = session.init_all(compiled, weights_registry=registry)
     seconds = time.perf_counter() - start
     print(f"compiled in {seconds:.1f} s", file=sys.stderr, flush=True)
-    return [GPT2(build.config, build.options, SimpleNamespace(engine_model=models[f"gpt2_{i}"]), seconds,
+    return [GPT2(build.config, build.options, SimpleNamespace(engine_model=models[names[i]]), seconds,
                  build.checkpoint.tokenizer if build.with_tokenizer else None, str(build.checkpoint.folder),
-                 quantized_layers=quantized_that_ran(build.lm),
-                 eos_token_ids=build.checkpoint.eos_token_ids(build.with_tokenizer),
+                 quantized_layers=ran[i], eos_token_ids=build.checkpoint.eos_token_ids(build.with_tokenizer),
                  weight_bytes=weight_bytes(build.weights, build.options.placement))
             for i, build in enumerate(builds)]
