@@ -21,6 +21,8 @@ compiles of a run by test.
 from __future__ import annotations
 
 import fcntl
+import json
+import shutil
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -59,20 +61,25 @@ def demo(dtype: str, path: str | None = None) -> Build:
 
 TRAINED = [Build("trained-bytes", (("dtype", dtype),)) for dtype in ("q4_0", "q4_0m", "q6_k", "float32")]
 
-# What each file loads, by group: one unit per group. Not here: the graphs that tests with a
-# project cache of their own (test_saved_graphs.py) or with the learner's steps (test_app.py's
-# finished course) load again, and find in MAX's cache only when some test compiled them
-# alone: tiny-2l-4h's and the app tests' tiny checkpoint's float32 graphs, trained-bytes' q8_0.
+# What each file loads, by group: one unit per group. Not here: the app tests' tiny checkpoint's
+# float32 graph (checkpoints.TINY), which the learner's finished course (test_app.py, --impl
+# steps) and the saved-graph tests (each with a project cache of its own) load again: they find
+# it in MAX's cache only when a test compiled it alone. test_saved_graphs.py's quantized graph is
+# copied into its own project cache from the suite's (``saved_in``).
+Q8_0_TRAINED = Build("trained-bytes", (("dtype", "q8_0"),))
+FLOAT32 = Build("tiny-2l-4h")
 GROUPS = {
     "quantize": {
         "test_quantize.py": [*TRAINED, demo("q8_0"), demo("q8_0", "other"), demo("q4_0"), demo("q4_0", "other")],
     },
     "models": {
-        "test_fast_linear.py": [Build("tiny-2l-4h", (("linear", "course"),)), demo("q8_0"),
+        "test_fast_linear.py": [FLOAT32, Build("tiny-2l-4h", (("linear", "course"),)), Q8_0_TRAINED, demo("q8_0"),
                                 Build("tiny-2l-4h", (("dtype", "q8_0"),)), Build("tiny-3l-3h", (("dtype", "q8_0"),))],
-        "test_kv_cache.py": [Build("tiny-2l-4h", (("cache", "concat"),))],
-        "test_model.py": [Build("tiny-3l-3h"), Build("tiny", vocab_multiple=64)],
+        "test_kv_cache.py": [FLOAT32, Build("tiny-2l-4h", (("cache", "concat"),))],
+        "test_model.py": [FLOAT32, Build("tiny-3l-3h"), Build("tiny", vocab_multiple=64)],
         "test_generate.py": [Build("padded-vocab")],
+        "test_engine_threads.py": [FLOAT32],
+        "test_saved_graphs.py": [Q8_0_TRAINED],
     },
 }
 
@@ -132,6 +139,21 @@ def compile_for(file: str, collected: set[str]) -> None:
         missing = [build for build in builds if not saved_graphs.is_saved(graph_name(build))]
         if missing:
             compile_together(missing)
+
+
+def saved_in(build: Build, project_cache: Path, suite_graphs: Path) -> None:
+    """``build``'s graph, saved in the suite's ``suite_graphs`` folder (by its group's unit, or
+    alone), saved in ``project_cache`` too (a test's own): its folder copied, a bundle linked."""
+    from model import saved_graphs
+
+    name = graph_name(build)
+    facts = json.loads((suite_graphs / name / saved_graphs.FACTS).read_text())
+    graphs = project_cache / "graphs"
+    graphs.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(suite_graphs / name, graphs / name)
+    if "bundle" in facts:
+        bundle = facts["bundle"]["name"]
+        (graphs / bundle).symlink_to(suite_graphs / bundle, target_is_directory=True)
 
 
 def compile_together(builds: list[Build]) -> None:

@@ -81,12 +81,12 @@ def test_the_cache_is_sized_per_generation(both):
         in_place.empty_cache(1, in_place.config.n_positions + 1)
 
 
-def test_the_concat_graph_came_compiled_with_its_group(both):
-    """tests/suite_graphs.py lists this file's concat-cache graph: it was
-    compiled before the file's tests, as one unit with its group's graphs, so
-    the load found it saved. Without saved graphs each test compiles its own."""
+def test_the_graphs_came_compiled_with_their_group(both):
+    """tests/suite_graphs.py lists this file's two graphs: they were compiled
+    before the file's tests, as one unit with their group's graphs, so the
+    loads found them saved. Without saved graphs each test compiles its own."""
     from model import caches
 
     if not caches.enabled():
         pytest.skip("saved graphs are off (GPT2_MAX_SAVED_GRAPHS=0)")
-    assert both[1].saved_graph
+    assert both[0].saved_graph and both[1].saved_graph
