@@ -31,9 +31,10 @@ class BuildOptions:
     ``in_place`` (model/kv_cache.py's InPlaceCache) or ``concat`` (step
     07's ConcatCache, kept beside it to prove both give the same tokens). ``attention_layer``: also
     return that layer's attention probabilities (the attention map).
-    ``every_position``: the server's network (serve/network.py) also returns
-    every token's logits, not only each sequence's last (``python -m serve
-    --echo``: the prompt's log-probabilities)."""
+    ``every_position``: the server scores every token, not only each
+    sequence's last (``python -m serve --echo``: the prompt's
+    log-probabilities); the same compiled graph, asked for more rows
+    (serve/model.py's GPT2BatchProcessor)."""
 
     impl: str = "solutions"
     device: str = "auto"
@@ -66,6 +67,6 @@ class BuildOptions:
     def graph_facts(self) -> dict:
         """What of these options shapes the compiled graph beyond the placement
         (model/saved_graphs.py names the saved graph by it)."""
-        # every_position: read by the server's network only, never by these graphs.
+        # every_position: read by the server's batching only, never by a graph.
         return {key: value for key, value in asdict(self).items()
                 if key not in ("impl", "device", "dtype", "every_position")} | {"kernels": self.uses_kernels}

@@ -27,7 +27,7 @@ from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
 from model.engine_threads import quiet_background_threads
 from model.layers import linear_maker
 from model.max_internals import graph_value
-from serve.model_config import GPT2ServeConfig
+from serve.model_config import GPT2ServeConfig, served_options
 from serve.network import GPT2Ragged
 from serve.step_times import timed_step
 from serve.weight_adapters import gpt2_state
@@ -46,21 +46,44 @@ class GPT2EngineModule(GPT2Ragged):
         # requests is a few rows, where MAX's own matmul streams the weights
         # slowest; docs/serving.md measures it). The kernels are CPU code.
         super().__init__(config.gpt2, config.kv_params, linear_maker(config.options) or nn.Linear,
-                         impl=config.options.impl, every_position=config.options.every_position,
-                         head_width=config.head_width)
+                         impl=config.options.impl, head_width=config.head_width)
         self.engine_kv_params = config.kv_params
 
     def forward(self, tokens: Tensor, return_n_logits: Tensor, input_row_offsets: Tensor,
                 *kv_inputs: Tensor) -> ModuleV3Outputs:
-        del return_n_logits  # each sequence's last logits (ReturnLogits.LAST_TOKEN), and every token's with echo
         values = self.engine_kv_params.unflatten_kv_inputs(iter(graph_value(x) for x in kv_inputs))
         kv = tree.leaves(values, leaf=KVCacheInputsPerDevice)[0]
-        if not self.every_position:
-            return ModuleV3Outputs(next_token_logits=super().forward(tokens, kv, input_row_offsets))
-        last, every = super().forward(tokens, kv, input_row_offsets)
+        last, scored = super().forward(tokens, kv, input_row_offsets, return_n_logits)
         # No logit_offsets: the engine samples from next_token_logits as
-        # always; every position's logits are for compute_log_probabilities.
-        return ModuleV3Outputs(next_token_logits=last, logits=every)
+        # always; the scored rows are for compute_log_probabilities (echo).
+        return ModuleV3Outputs(next_token_logits=last, logits=scored)
+
+
+class GPT2BatchProcessor(Llama3ModuleV3BatchProcessor):
+    """Llama 3's ragged batching (tokens, row offsets, cache inputs), with
+    the count of each sequence's last tokens the graph scores
+    (``return_n_logits``): 1, or with ``python -m serve --echo`` the step's
+    longest sequence, so that every prompt token is scored."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.every_position = served_options().every_position
+
+    def prepare_initial_token_inputs(self, replica_batches, kv_cache_inputs=None, return_n_logits: int = 1):
+        if self.every_position:
+            return_n_logits = max((c.tokens.active_length for batch in replica_batches for c in batch), default=1)
+        return super().prepare_initial_token_inputs(replica_batches, kv_cache_inputs, return_n_logits)
+
+
+def echo_spans(offsets: np.ndarray, n: int, batch_echo: list[bool]) -> list[slice | None]:
+    """Where each echo sequence's tokens' logits are among the rows the graph
+    scored (``scored_rows``: each sequence's last ``n``, its first token's
+    repeated before them when it has fewer)."""
+    lengths = np.diff(offsets)
+    if any(echo and length > n for echo, length in zip(batch_echo, lengths, strict=True)):
+        raise ValueError("echo needs every position's logits: start the server with --echo")
+    return [slice((i + 1) * n - int(length), (i + 1) * n) if echo else None
+            for i, (echo, length) in enumerate(zip(batch_echo, lengths, strict=True))]
 
 
 def log_probabilities(logits: np.ndarray, sampled: np.ndarray, batch_top_n: list[int],
@@ -121,11 +144,11 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
     ``compute_log_probabilities`` answers a request's ``logprobs`` (without
     it the engine returns ``null`` for them), from each sequence's last
     logits; ``echo`` (the prompt's log-probabilities) needs every position's,
-    which the network returns when built with ``every_position``
-    (``python -m serve --echo``)."""
+    which the graph scores when the batch processor asks it to
+    (``python -m serve --echo``: ``GPT2BatchProcessor``)."""
 
     model_config_cls: ClassVar[type[Any]] = GPT2ServeConfig
-    batch_processor_cls: ClassVar[type[Llama3ModuleV3BatchProcessor]] = Llama3ModuleV3BatchProcessor
+    batch_processor_cls: ClassVar[type[Llama3ModuleV3BatchProcessor]] = GPT2BatchProcessor
 
     def _load_state_dict(self) -> dict[str, Any]:
         # Read through weights/ (see weight_adapters.py), not the engine's
@@ -157,14 +180,14 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
         sampled = host_array(next_tokens).reshape(-1)
         if not any(batch_echo):
             return log_probabilities(last, sampled, batch_top_n)
-        if model_outputs.logits is None:  # serve/checks.py refuses echo before it gets here
-            raise ValueError("echo needs every position's logits: start the server with --echo")
-        every = host_array(model_outputs.logits)
+        # serve/checks.py refuses echo without --echo before it gets here; echo_spans checks again.
+        scored = host_array(model_outputs.logits)
         tokens = host_array(model_inputs.tokens)
         offsets = host_array(model_inputs.input_row_offsets)
-        spans = [slice(offsets[i], offsets[i + 1]) if echo else None for i, echo in enumerate(batch_echo)]
-        return log_probabilities(last, sampled, batch_top_n, [None if s is None else every[s] for s in spans],
-                                 [None if s is None else tokens[s] for s in spans])
+        spans = echo_spans(offsets, int(host_array(model_inputs.return_n_logits)[0]), batch_echo)
+        token_spans = [None if s is None else slice(offsets[i], offsets[i + 1]) for i, s in enumerate(spans)]
+        return log_probabilities(last, sampled, batch_top_n, [None if s is None else scored[s] for s in spans],
+                                 [None if s is None else tokens[s] for s in token_spans])
 
     def execute(self, model_inputs):
         # Timed only with GPT2_MAX_STEP_TIMES set (serve/step_times.py; bench.serve --step-times).

@@ -29,8 +29,8 @@ What serve/ adds, and why each part cannot be a course step's:
   but a ragged step holds one range per sequence, so step 06's table is
   gathered at ``ragged_positions(...)``; the blocks, ``ln_f`` and
   ``lm_head`` are then called as step 10 and 11 call them, each block with
-  its layer's PagedCache, and only each sequence's last token is scored
-  (step 11's ``positions``, one per sequence).
+  its layer's PagedCache, and only each sequence's last tokens are scored
+  (step 11's ``positions``: the last one, or with ``--echo`` every one).
 
 The blocks see x as ``[1, total_tokens, n_embd]``: one "sequence" holding the
 batch's tokens end to end. That is the ``[batch, seq, n_embd]`` every step was
@@ -121,8 +121,11 @@ class PagedCache:
 class GPT2Ragged(nn.Module):
     """The course's GPT-2 for the engine: tokens of a ragged batch -> each
     sequence's next-token logits [batch, vocab] (float32, as the sampler
-    wants), and with ``every_position`` also every token's [total_tokens,
-    vocab] (``python -m serve --echo``: the prompt's log-probabilities).
+    wants), and the logits of each sequence's last ``return_n_logits`` tokens
+    [batch * n, vocab] (``scored_rows``): n is 1 for the next token alone,
+    and with ``python -m serve --echo`` a step's longest sequence, for the
+    prompt's log-probabilities. n is an input of the graph, not a build
+    option: the server compiles one graph, with or without --echo.
 
     ``transformer`` and ``lm_head`` are step 11's own; ``impl`` picks the
     solutions or the learner's steps/.
@@ -132,7 +135,7 @@ class GPT2Ragged(nn.Module):
     requests is a few rows)."""
 
     def __init__(self, config, kv_params: KVCacheParams, linear=nn.Linear, impl: str = "solutions",
-                 every_position: bool = False, head_width: int | None = None) -> None:
+                 head_width: int | None = None) -> None:
         super().__init__()
         kit = course(impl)
         # ``head_width``: the LM head's rows (model/gpt2.py's graph_vocab: wider
@@ -143,9 +146,9 @@ class GPT2Ragged(nn.Module):
         self.transformer = lm.transformer
         self.lm_head = lm.lm_head
         self.kv_params = kv_params
-        self.every_position = every_position
 
-    def forward(self, tokens: Tensor, kv: PagedCacheValues, input_row_offsets: Tensor):
+    def forward(self, tokens: Tensor, kv: PagedCacheValues, input_row_offsets: Tensor,
+                return_n_logits: Tensor) -> tuple[Tensor, Tensor]:
         t = self.transformer
         positions = ragged_positions(input_row_offsets, Tensor.from_graph_value(kv.cache_lengths), tokens.shape[0])
         # Step 05's table, and step 06's gathered at each token's own position:
@@ -154,11 +157,23 @@ class GPT2Ragged(nn.Module):
         x = F.unsqueeze(t.wte(tokens) + F.gather(t.wpe.weight, positions, axis=0), 0)
         for i, block in enumerate(t.h):
             x = block(x, PagedCache(kv, self.kv_params, input_row_offsets, i))
-        last_rows = F.cast(input_row_offsets[1:], DType.int64) - 1
-        score = lambda h: F.cast(F.squeeze(self.lm_head(t.ln_f(h)), 0)[:, : self.vocab_size], DType.float32)  # noqa: E731
-        if self.every_position:
-            every = score(x)  # [total_tokens, vocab]
-            return F.gather(every, last_rows, axis=0), every
-        # Each sequence's last token, gathered along the sequence axis as step
-        # 11's ``positions`` are, then step 10's ln_f and step 11's head.
-        return score(F.gather(x, last_rows, axis=1))  # [batch, vocab]
+        # The rows to score, gathered along the sequence axis as step 11's
+        # ``positions`` are, then step 10's ln_f and step 11's head: only
+        # these rows pay for the head (the vocabulary's width).
+        rows = scored_rows(input_row_offsets, return_n_logits, x.device)  # [batch, n]
+        h = F.gather(x, F.reshape(rows, [-1]), axis=1)
+        scored = F.cast(F.squeeze(self.lm_head(t.ln_f(h)), 0)[:, : self.vocab_size], DType.float32)
+        # Each sequence's last row is its next token's.
+        last = F.reshape(scored, [rows.shape[0], rows.shape[1], self.vocab_size])[:, -1]
+        return last, scored  # [batch, vocab], [batch * n, vocab]
+
+
+def scored_rows(input_row_offsets: Tensor, return_n_logits: Tensor, device) -> Tensor:
+    """[batch, n]: the rows of each sequence's last n tokens, n =
+    ``return_n_logits[0]`` (a host tensor, as the engine gives it), last
+    token last. A sequence shorter than n repeats its first token's row
+    where it has none (serve/model.py's ``echo_spans`` skips those)."""
+    starts = F.cast(input_row_offsets[:-1], DType.int64)
+    ends = F.cast(input_row_offsets[1:], DType.int64)
+    back = F.range(return_n_logits[0], 0, -1, out_dim="return_n_logits_range", dtype=DType.int64, device=device)
+    return F.elementwise_max(F.unsqueeze(ends, -1) - F.unsqueeze(back, 0), F.unsqueeze(starts, -1))
