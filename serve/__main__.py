@@ -70,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--echo", action="store_true",
                    help="score every prompt token, so that requests may ask for `echo` with `logprobs` (the prompt's "
                         "log-probabilities, as evaluation harnesses such as lm-evaluation-harness do); without it such "
-                        "requests are refused. The graph then computes the head at every prompt position: prompts "
-                        "cost more, and the first start compiles once more")
+                        "requests are refused. The same compiled graph then computes the head at every prompt "
+                        "position: prompts cost more, and nothing more is compiled")
     p.add_argument("--drain-timeout", type=float, default=DRAIN_SECONDS, metavar="SECONDS",
                    help="on SIGTERM or Ctrl-C, how long the requests in flight may take to finish before they "
                         f"are cut off (default {DRAIN_SECONDS:.0f}; MAX's own default is 5)")

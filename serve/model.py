@@ -53,6 +53,7 @@ class GPT2EngineModule(GPT2Ragged):
                 *kv_inputs: Tensor) -> ModuleV3Outputs:
         values = self.engine_kv_params.unflatten_kv_inputs(iter(graph_value(x) for x in kv_inputs))
         kv = tree.leaves(values, leaf=KVCacheInputsPerDevice)[0]
+        # The engine's return_n_logits input (a host vector) carries the rows to score: GPT2BatchProcessor.
         last, scored = super().forward(tokens, kv, input_row_offsets, return_n_logits)
         # No logit_offsets: the engine samples from next_token_logits as
         # always; the scored rows are for compute_log_probabilities (echo).
@@ -61,29 +62,37 @@ class GPT2EngineModule(GPT2Ragged):
 
 class GPT2BatchProcessor(Llama3ModuleV3BatchProcessor):
     """Llama 3's ragged batching (tokens, row offsets, cache inputs), with
-    the count of each sequence's last tokens the graph scores
-    (``return_n_logits``): 1, or with ``python -m serve --echo`` the step's
-    longest sequence, so that every prompt token is scored."""
+    the rows the graph scores in the engine's ``return_n_logits`` input (a
+    host vector of any length, which the engine passes to the graph as it
+    is and this model gives its own meaning): each sequence's last token,
+    or with ``python -m serve --echo`` every token of the step."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.every_position = served_options().every_position
 
     def prepare_initial_token_inputs(self, replica_batches, kv_cache_inputs=None, return_n_logits: int = 1):
-        if self.every_position:
-            return_n_logits = max((c.tokens.active_length for batch in replica_batches for c in batch), default=1)
-        return super().prepare_initial_token_inputs(replica_batches, kv_cache_inputs, return_n_logits)
+        inputs = super().prepare_initial_token_inputs(replica_batches, kv_cache_inputs, return_n_logits)
+        ends = np.cumsum([c.tokens.active_length for batch in replica_batches for c in batch], dtype=np.int64)
+        rows = np.arange(ends[-1] if len(ends) else 0, dtype=np.int64) if self.every_position else ends - 1
+        inputs.return_n_logits = Buffer.from_numpy(rows)
+        return inputs
 
 
-def echo_spans(offsets: np.ndarray, n: int, batch_echo: list[bool]) -> list[slice | None]:
+def echo_spans(rows: np.ndarray, offsets: np.ndarray, batch_echo: list[bool]) -> list[slice | None]:
     """Where each echo sequence's tokens' logits are among the rows the graph
-    scored (``scored_rows``: each sequence's last ``n``, its first token's
-    repeated before them when it has fewer)."""
-    lengths = np.diff(offsets)
-    if any(echo and length > n for echo, length in zip(batch_echo, lengths, strict=True)):
-        raise ValueError("echo needs every position's logits: start the server with --echo")
-    return [slice((i + 1) * n - int(length), (i + 1) * n) if echo else None
-            for i, (echo, length) in enumerate(zip(batch_echo, lengths, strict=True))]
+    scored (``rows``: token indices, ascending): every one of its tokens must
+    be there, as ``python -m serve --echo`` has it."""
+    spans = []
+    for i, echo in enumerate(batch_echo):
+        if not echo:
+            spans.append(None)
+            continue
+        start, end = (int(j) for j in np.searchsorted(rows, offsets[i: i + 2]))
+        if end - start != int(offsets[i + 1]) - int(offsets[i]):
+            raise ValueError("echo needs every position's logits: start the server with --echo")
+        spans.append(slice(start, end))
+    return spans
 
 
 def log_probabilities(logits: np.ndarray, sampled: np.ndarray, batch_top_n: list[int],
@@ -184,7 +193,7 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
         scored = host_array(model_outputs.logits)
         tokens = host_array(model_inputs.tokens)
         offsets = host_array(model_inputs.input_row_offsets)
-        spans = echo_spans(offsets, int(host_array(model_inputs.return_n_logits)[0]), batch_echo)
+        spans = echo_spans(host_array(model_inputs.return_n_logits), offsets, batch_echo)
         token_spans = [None if s is None else slice(offsets[i], offsets[i + 1]) for i, s in enumerate(spans)]
         return log_probabilities(last, sampled, batch_top_n, [None if s is None else scored[s] for s in spans],
                                  [None if s is None else tokens[s] for s in token_spans])

@@ -121,11 +121,11 @@ class PagedCache:
 class GPT2Ragged(nn.Module):
     """The course's GPT-2 for the engine: tokens of a ragged batch -> each
     sequence's next-token logits [batch, vocab] (float32, as the sampler
-    wants), and the logits of each sequence's last ``return_n_logits`` tokens
-    [batch * n, vocab] (``scored_rows``): n is 1 for the next token alone,
-    and with ``python -m serve --echo`` a step's longest sequence, for the
-    prompt's log-probabilities. n is an input of the graph, not a build
-    option: the server compiles one graph, with or without --echo.
+    wants), and the logits of the rows ``rows_to_score`` names [rows,
+    vocab]: each sequence's last token, or with ``python -m serve --echo``
+    every token (the prompt's log-probabilities). The rows are an input of
+    the graph, not a build option: the server compiles one graph, with or
+    without --echo (serve/model.py's GPT2BatchProcessor picks them).
 
     ``transformer`` and ``lm_head`` are step 11's own; ``impl`` picks the
     solutions or the learner's steps/.
@@ -148,7 +148,7 @@ class GPT2Ragged(nn.Module):
         self.kv_params = kv_params
 
     def forward(self, tokens: Tensor, kv: PagedCacheValues, input_row_offsets: Tensor,
-                return_n_logits: Tensor) -> tuple[Tensor, Tensor]:
+                rows_to_score: Tensor) -> tuple[Tensor, Tensor]:
         t = self.transformer
         positions = ragged_positions(input_row_offsets, Tensor.from_graph_value(kv.cache_lengths), tokens.shape[0])
         # Step 05's table, and step 06's gathered at each token's own position:
@@ -160,20 +160,16 @@ class GPT2Ragged(nn.Module):
         # The rows to score, gathered along the sequence axis as step 11's
         # ``positions`` are, then step 10's ln_f and step 11's head: only
         # these rows pay for the head (the vocabulary's width).
-        rows = scored_rows(input_row_offsets, return_n_logits, x.device)  # [batch, n]
-        h = F.gather(x, F.reshape(rows, [-1]), axis=1)
+        rows = F.cast(rows_to_score, DType.int64).to(input_row_offsets.device)
+        h = F.gather(x, rows, axis=1)
         scored = F.cast(F.squeeze(self.lm_head(t.ln_f(h)), 0)[:, : self.vocab_size], DType.float32)
-        # Each sequence's last row is its next token's.
-        last = F.reshape(scored, [rows.shape[0], rows.shape[1], self.vocab_size])[:, -1]
-        return last, scored  # [batch, vocab], [batch * n, vocab]
+        return F.gather(scored, last_of_each(rows, input_row_offsets), axis=0), scored  # [batch, vocab], [rows, vocab]
 
 
-def scored_rows(input_row_offsets: Tensor, return_n_logits: Tensor, device) -> Tensor:
-    """[batch, n]: the rows of each sequence's last n tokens, n =
-    ``return_n_logits[0]`` (a host tensor, as the engine gives it), last
-    token last. A sequence shorter than n repeats its first token's row
-    where it has none (serve/model.py's ``echo_spans`` skips those)."""
-    starts = F.cast(input_row_offsets[:-1], DType.int64)
+def last_of_each(rows: Tensor, input_row_offsets: Tensor) -> Tensor:
+    """[batch]: where each sequence's last token is among ``rows`` (ascending,
+    each sequence's last token among them): the count of rows before the
+    sequence's end, less one."""
     ends = F.cast(input_row_offsets[1:], DType.int64)
-    back = F.range(return_n_logits[0], 0, -1, out_dim="return_n_logits_range", dtype=DType.int64, device=device)
-    return F.elementwise_max(F.unsqueeze(ends, -1) - F.unsqueeze(back, 0), F.unsqueeze(starts, -1))
+    before = F.sum(F.cast(F.unsqueeze(rows, 0) < F.unsqueeze(ends, 1), DType.int64), axis=-1)
+    return F.reshape(before, [-1]) - 1

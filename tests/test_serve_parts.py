@@ -28,18 +28,17 @@ def test_ragged_positions():
 
 
 def test_echo_spans_find_each_sequence_s_own_rows():
-    """Sequences of 3, 1 and 5 tokens end to end, scored with n 5 (--echo: the
-    step's longest): the graph's rows are each one's last 5 tokens, a shorter
-    sequence's first repeated before its own (serve/network.py's
-    ``scored_rows``; the served echo tests run it against HF's logits)."""
+    """Sequences of 3, 1 and 5 tokens end to end: with --echo the graph scores
+    every token (serve/network.py; the served echo tests run it against HF's
+    logits), without it each sequence's last, where an echo request's rows
+    are missing."""
     from serve.model import echo_spans
 
     offsets = np.array([0, 3, 4, 9], dtype=np.uint32)
-    scored = [0, 0, 0, 1, 2, 3, 3, 3, 3, 3, 4, 5, 6, 7, 8]  # the token each row is
-    spans = echo_spans(offsets, 5, [True, False, True])
-    assert [scored[s] for s in spans if s] == [[0, 1, 2], [4, 5, 6, 7, 8]] and spans[1] is None
+    spans = echo_spans(np.arange(9), offsets, [True, False, True])
+    assert spans == [slice(0, 3), None, slice(4, 9)]
     with pytest.raises(ValueError, match="--echo"):
-        echo_spans(offsets, 1, [True, False, False])  # a server without --echo scores one row each
+        echo_spans(offsets[1:] - 1, offsets, [True, False, False])
 
 
 def test_weights_in_the_engines_dtype():
