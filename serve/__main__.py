@@ -97,7 +97,7 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
             print(f"serve: {note}", file=sys.stderr)
     # What the engine's process builds (serve/model_config.py reads it back):
     # --dtype auto's precision for the device (float32: model/device.py), the --impl and --linear asked for,
-    # and with --echo a network that returns every position's logits. Not
+    # and --echo (the batching then asks the graph for every position's logits). Not
     # MAX's own --enable-echo: in MAX 26.7 it also switches the sampler to
     # every position's logits, and that sampler cannot be built with
     # penalties ("repetition_penalty tensor shape [Dim('batch')] does not

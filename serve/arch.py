@@ -59,7 +59,8 @@ gpt2_arch = SupportedArchitecture(
     # Both need a GPU; the CPU path (and this model) runs without them.
     supports_overlap_scheduler=False,
     supports_device_graph_capture=False,
-    # python -m serve --echo builds the network with every position's logits
-    # (serve/__main__.py passes the build options in the environment).
+    # python -m serve --echo scores every position (serve/model.py's
+    # GPT2BatchProcessor; serve/__main__.py passes the build options in the
+    # environment) and needs these.
     required_arguments=required_arguments(echo=served_options().every_position),
 )

@@ -36,6 +36,8 @@ def q8_0_saved(request, tmp_path) -> tuple:
     holds its q8_0 graph as the suite's group compiled it (compiled alone it is minutes)."""
     import shutil
 
+    if not caches.enabled():
+        pytest.skip("saved graphs are off (GPT2_MAX_SAVED_GRAPHS=0)")
     suite_graphs = caches.folder("graphs")
     project_cache = request.getfixturevalue("new_project_cache")
     saved_in(Q8_0_TRAINED, project_cache, suite_graphs)
@@ -131,7 +133,8 @@ def test_quantized_blocks_are_saved_once_per_checkpoint(q8_0_saved):
     [saved] = (project_cache / "quantized").iterdir()
     assert len(list(saved.glob("*.npy"))) == 2 * first.quantized_layers > 0  # each layer's codes and scales
     second = load_gpt2(folder, device="cpu", dtype="q8_0", with_tokenizer=False)
-    assert second.saved_graph and second.quantized_layers == first.quantized_layers  # kept in facts.json
+    assert first.saved_graph and second.saved_graph  # the unit's graph both times
+    assert second.quantized_layers == first.quantized_layers  # the unit's facts
     np.testing.assert_array_equal(second.forward_logits(ref["ids"]), first.forward_logits(ref["ids"]))
     # A checkpoint file that changed gets its own blocks.
     weights = folder / "model.safetensors"
@@ -168,6 +171,28 @@ def test_a_saved_q8_0_graph_runs_directly(q8_0_saved, monkeypatch):
     np.testing.assert_array_equal(logits.argmax(-1), expected.argmax(-1))
     step, _ = second.step(ids, second.empty_cache(1, 8))
     np.testing.assert_array_equal(step, first.step(ids, first.empty_cache(1, 8))[0])
+
+
+def test_a_quantized_graph_saved_alone_keeps_what_its_unit_kept(request, monkeypatch):
+    """The facts a user's own compile of a quantized build writes beside its
+    graph (model/gpt2.py) are those the suite's unit wrote for it
+    (model/together.py), which the q8_0 tests above load; traced here, not
+    compiled (a lone q8_0 compile is minutes)."""
+    from suite_graphs import graph_name
+
+    import model.graph
+
+    if not caches.enabled():
+        pytest.skip("saved graphs are off (GPT2_MAX_SAVED_GRAPHS=0)")
+    name = graph_name(Q8_0_TRAINED)
+    unit = json.loads((caches.folder("graphs") / name / saved_graphs.FACTS).read_text())
+    project_cache = request.getfixturevalue("new_project_cache")
+    monkeypatch.setattr(model.graph, "compile_graph",
+                        lambda graph, config, options, weights, store: model.graph.trace_graph(graph, config, options))
+    load_gpt2(reference("trained-bytes")[0], device="cpu", dtype="q8_0", with_tokenizer=False)
+    alone = json.loads((project_cache / "graphs" / name / saved_graphs.FACTS).read_text())
+    assert alone["quantized_layers"] > 0 and alone["quantized"]
+    assert alone == {key: value for key, value in unit.items() if key != "bundle"}
 
 
 class Artifact:
