@@ -194,9 +194,9 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
         tokens = host_array(model_inputs.tokens)
         offsets = host_array(model_inputs.input_row_offsets)
         spans = echo_spans(host_array(model_inputs.return_n_logits), offsets, batch_echo)
-        token_spans = [None if s is None else slice(offsets[i], offsets[i + 1]) for i, s in enumerate(spans)]
         return log_probabilities(last, sampled, batch_top_n, [None if s is None else scored[s] for s in spans],
-                                 [None if s is None else tokens[s] for s in token_spans])
+                                 [None if s is None else tokens[offsets[i]: offsets[i + 1]]
+                                  for i, s in enumerate(spans)])
 
     def execute(self, model_inputs):
         # Timed only with GPT2_MAX_STEP_TIMES set (serve/step_times.py; bench.serve --step-times).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,16 +32,22 @@ def tiny(tmp_path) -> tuple:
 
 
 @pytest.fixture
-def q8_0_saved(request, tmp_path) -> tuple:
+def suite_graph_folder() -> Path:
+    """The suite's graphs folder, where its units are saved (tests/suite_graphs.py): asked for
+    before ``new_project_cache`` points the project cache elsewhere."""
+    if not caches.enabled():
+        pytest.skip("saved graphs are off (GPT2_MAX_SAVED_GRAPHS=0)")
+    return caches.folder("graphs")
+
+
+@pytest.fixture
+def q8_0_saved(suite_graph_folder, request, tmp_path) -> tuple:
     """A copy of trained-bytes, its reference, and a project cache of this test's own that
     holds its q8_0 graph as the suite's group compiled it (compiled alone it is minutes)."""
     import shutil
 
-    if not caches.enabled():
-        pytest.skip("saved graphs are off (GPT2_MAX_SAVED_GRAPHS=0)")
-    suite_graphs = caches.folder("graphs")
     project_cache = request.getfixturevalue("new_project_cache")
-    saved_in(Q8_0_TRAINED, project_cache, suite_graphs)
+    saved_in(Q8_0_TRAINED, project_cache, suite_graph_folder)
     source, _, ref = reference("trained-bytes")
     return shutil.copytree(source, tmp_path / "ckpt"), ref, project_cache
 
@@ -173,7 +180,7 @@ def test_a_saved_q8_0_graph_runs_directly(q8_0_saved, monkeypatch):
     np.testing.assert_array_equal(step, first.step(ids, first.empty_cache(1, 8))[0])
 
 
-def test_a_quantized_graph_saved_alone_keeps_what_its_unit_kept(request, monkeypatch):
+def test_a_quantized_graph_saved_alone_keeps_what_its_unit_kept(suite_graph_folder, request, monkeypatch):
     """The facts a user's own compile of a quantized build writes beside its
     graph (model/gpt2.py) are those the suite's unit wrote for it
     (model/together.py), which the q8_0 tests above load; traced here, not
@@ -182,10 +189,8 @@ def test_a_quantized_graph_saved_alone_keeps_what_its_unit_kept(request, monkeyp
 
     import model.graph
 
-    if not caches.enabled():
-        pytest.skip("saved graphs are off (GPT2_MAX_SAVED_GRAPHS=0)")
     name = graph_name(Q8_0_TRAINED)
-    unit = json.loads((caches.folder("graphs") / name / saved_graphs.FACTS).read_text())
+    unit = json.loads((suite_graph_folder / name / saved_graphs.FACTS).read_text())
     project_cache = request.getfixturevalue("new_project_cache")
     monkeypatch.setattr(model.graph, "compile_graph",
                         lambda graph, config, options, weights, store: model.graph.trace_graph(graph, config, options))
