@@ -68,6 +68,8 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     if not saved_graphs.is_saved(name):  # the demo's and GPT-2 124M's graphs came with the project
         name = portable.saved_name(options, graph_config, lambda: traced_graph(config, options),
                                    checkpoint.folder) or name
+    if not saved_graphs.is_saved(name) and options.impl == "steps":  # a finished course traces the solutions' graph
+        name = solutions_graph(checkpoint, config, options) or name
     if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
         first = "~1-2.5 min on 2 idle CPU cores" if placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
         first += ", longer while other work runs beside it"
@@ -119,6 +121,25 @@ def opened(model: str | Path | Checkpoint, options: BuildOptions):
     if options.attention_layer is not None and not 0 <= options.attention_layer < config.n_layer:
         raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
     return checkpoint, config, as_in_graph(config, options.placement)
+
+
+def solutions_graph(checkpoint: Checkpoint, config, options: BuildOptions) -> str | None:
+    """The name of the solutions' saved graph of this build when the
+    learner's steps trace exactly its graph (both traced: seconds), else
+    None. A finished course then runs the graph compiled for the solutions
+    (by ``generate``, a shipped graph or the test suite) instead of
+    compiling the same graph again under the steps' name."""
+    solutions = replace(options, impl="solutions")
+    _, solutions_config, graph_config = opened(checkpoint, solutions)
+    name = saved_graphs.graph_name(solutions, graph_config)
+    if not saved_graphs.is_saved(name):
+        return None
+    if portable.graph_digest(traced_graph(config, options)) != portable.graph_digest(
+            traced_graph(solutions_config, solutions)):
+        return None
+    print("your steps build the solutions' graph exactly: its saved compiled graph is used", file=sys.stderr,
+          flush=True)
+    return name
 
 
 def checkpoint_state(folder: Path, config, graph_config) -> dict:

@@ -120,6 +120,23 @@ def telemetry_disabled(settings) -> bool:
     return _telemetry_disabled(settings)
 
 
+def mef_store_key(graph) -> str:
+    """The name MAX's ``MefStore`` gives a graph's artifact by default: its name and a digest of its
+    input and output types (``max.engine._precompiled_mefs._default_key``); a store reading
+    artifacts with a key of its own must name them the same way."""
+    from max.engine._precompiled_mefs import _default_key
+
+    return _default_key(graph)
+
+
+def mef_store_fingerprint(graph) -> str:
+    """What MAX's ``MefStore`` records of a graph's body beside its artifact, to tell two graphs of
+    one name apart (``max.engine._precompiled_mefs._fingerprint``)."""
+    from max.engine._precompiled_mefs import _fingerprint
+
+    return _fingerprint(graph)
+
+
 # --- Tensors and graph values --------------------------------------------------------------------
 def graph_value(tensor):
     """The graph value behind an experimental ``Tensor`` traced in a graph (``_graph_value``):

@@ -60,8 +60,6 @@ def prepare(model: str | Path | Checkpoint, options: BuildOptions | None = None,
     placement = options.placement
     if placement.kind != "cpu":
         raise ValueError("compile_together builds for the CPU only")
-    if options.attention_layer is not None:
-        raise ValueError("compile_together builds no attention map")
     checkpoint, config, graph_config = opened(model, options)
     state = checkpoint_state(checkpoint.folder, config, graph_config)
     kit = course(options.impl)

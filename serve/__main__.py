@@ -185,8 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(" ".join(command))
         return 0
+    from serve.model_config import OPTIONS
+    from serve.shipped import start_note
+
     print(f"serve: starting MAX's server for {args.model} on http://{args.host}:{args.port}/v1 "
-          "(the first start compiles the graph: minutes on a small CPU; later starts reuse it)", flush=True)
+          f"({start_note(json.loads(env[OPTIONS])['device'])})", flush=True)
     # MAX's processes talk over ZMQ sockets bound as files in the temporary
     # folder (max/serve/worker_interface/_zmq_queue.py), which it leaves there
     # when it stops: a folder of the launcher's own, removed once the server's

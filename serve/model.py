@@ -27,6 +27,7 @@ from max.pipelines.lib import ModuleV3Outputs, ModuleV3PipelineModelWithKVCache
 from model.engine_threads import quiet_background_threads
 from model.layers import linear_maker
 from model.max_internals import graph_value
+from serve import shipped
 from serve.model_config import GPT2ServeConfig, served_options
 from serve.network import GPT2Ragged
 from serve.step_times import timed_step
@@ -158,6 +159,11 @@ class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
 
     model_config_cls: ClassVar[type[Any]] = GPT2ServeConfig
     batch_processor_cls: ClassVar[type[Llama3ModuleV3BatchProcessor]] = GPT2BatchProcessor
+
+    def __init__(self, *args, **kwargs) -> None:
+        # Before the engine compiles anything in this process (this model, then the sampler).
+        logger.info(shipped.prepare())
+        super().__init__(*args, **kwargs)
 
     def _load_state_dict(self) -> dict[str, Any]:
         # Read through weights/ (see weight_adapters.py), not the engine's

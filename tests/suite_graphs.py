@@ -62,10 +62,11 @@ def demo(dtype: str, path: str | None = None) -> Build:
 TRAINED = [Build("trained-bytes", (("dtype", dtype),)) for dtype in ("q4_0", "q4_0m", "q6_k", "float32")]
 
 # What each file loads, by group: one unit per group. Not here: the app tests' tiny checkpoint's
-# float32 graph (checkpoints.TINY), which the learner's finished course (test_app.py, --impl
-# steps) and the saved-graph tests (each with a project cache of its own) load again: they find
-# it in MAX's cache only when a test compiled it alone. test_saved_graphs.py's quantized graph is
-# copied into its own project cache from the suite's (``saved_in``).
+# float32 graph (checkpoints.TINY), which the saved-graph tests (each with a project cache of its
+# own) compile again: they find it in MAX's cache only when a test compiled it alone.
+# test_saved_graphs.py's quantized graph is copied into its own project cache from the suite's
+# (``saved_in``). A learner's finished course (--impl steps: test_app.py, test_attention_map.py)
+# finds the solutions' saved graph of its build by tracing both (model/gpt2.py's solutions_graph).
 Q8_0_TRAINED = Build("trained-bytes", (("dtype", "q8_0"),))
 FLOAT32 = Build("tiny-2l-4h")
 GROUPS = {
@@ -80,6 +81,7 @@ GROUPS = {
         "test_generate.py": [Build("padded-vocab")],
         "test_engine_threads.py": [FLOAT32],
         "test_saved_graphs.py": [Q8_0_TRAINED],
+        "test_attention_map.py": [Build("tiny", (("attention_layer", 1),))],
     },
 }
 

@@ -122,6 +122,21 @@ def test_models_lists_the_demo(server):
     assert models["data"][0]["max_model_len"] == 256
 
 
+def test_it_started_from_the_shipped_graphs_where_this_cpu_runs_them(server):
+    """On a CPU that runs x86-64-v3's code and whose own kernels take that path, the
+    server's two graphs come with the project (serve/shipped/): nothing compiled; on
+    any other, the log says why not and the engine compiles them."""
+    from serve import shipped
+
+    log = server.log.read_text(errors="replace")
+    if why := shipped.unusable(shipped.shipped_facts(MODEL)):
+        assert f"not using the server's shipped compiled graphs: {why}" in log
+        assert "the shipped compiled graph" not in log
+    else:
+        assert all(f"{graph}: the shipped compiled graph" in log for graph in ("GPT2EngineModule", "top_k_sampler"))
+        assert "compiling it" not in log
+
+
 def test_greedy_equals_hugging_face(client, reference, tokenizer):
     """Tokens, not a 200 OK: the served greedy continuation is HF's, token for token."""
     prompt = tokenizer.decode(reference["prompt"][0])

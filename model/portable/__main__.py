@@ -112,7 +112,8 @@ ATTRIBUTION = ("MAX is licensed by Modular Inc under the Modular MAX Community L
 
 
 def write_notice(out: Path, version: str, what: str = "Each compiled graph in the folders below was made by "
-                 "`python -m model.portable make`") -> None:
+                 "`python -m model.portable make` (the app's: <model>/<level>/) or\n`python -m serve.shipped make` "
+                 "(the server's: serve/<model>/<level>/)") -> None:
     """A compiled file holds MAX's kernels in object code: the licence's
     terms (section 1.1.3: displayed with each copy) and its attribution
     (1.1.4) go beside it, the terms copied from the installed MAX.

@@ -1,0 +1,166 @@
+"""The server's compiled graphs shipped with the project: ``python -m serve`` starts in seconds.
+
+    python -m serve.shipped make     # serve each model once from empty caches, compiled for x86-64-v3; write them
+    python -m serve.shipped check    # do the shipped graphs still match what this code builds?
+
+The server's engine compiles two graphs as it starts: the model (serve/model.py's
+``GPT2EngineModule``) and MAX's token sampler, ~4-5 min on 2 CPU cores with
+empty caches. The project ships both, compiled for x86-64-v3 (AVX2 and FMA:
+Intel since Haswell, AMD since Excavator and every Zen), for the demo and for
+GPT-2 124M's shape (``--model gpt2``: any checkpoint of that shape; a graph
+holds no weights), in weights/graphs/serve/<model>/x86-64-v3/: each graph xz
+compressed, MAX's manifest (what ``MefStore`` wrote as the engine compiled
+them: each graph's name, input and output types, and a digest of its body)
+and ``facts.json`` (MAX's version, the target, the Mojo kernels' digest).
+
+The engine's process asks ``prepare`` before it builds anything. The shipped
+graphs are used when MAX's version is the one they were made with, the system
+is Linux on x86-64, this CPU has every feature of x86-64-v3 (read from
+/proc/cpuinfo before anything is loaded), its own kernel path is the avx2 one
+(a CPU with AVX-512 and VNNI compiles its own, faster graph, as before), and
+the Mojo kernels are the ones they were compiled with. They are unpacked into
+the project's cache folder and handed to MAX's engine as a store of
+precompiled graphs (``InferenceSession.default_mef_store``), whose key lets
+through exactly the graphs the server builds with the same name, types and
+body: anything else the engine compiles (another ``--max-batch-size``,
+``--linear course``, a learner's edited step) is compiled as before, and the
+server's log says which. ``GPT2_MAX_PORTABLE_GRAPH=0`` turns them off, as for
+the app's shipped graphs (model/portable/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import lzma
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from model import caches, cpu, portable, saved_graphs
+
+logger = logging.getLogger("max.pipelines")
+
+TARGET = portable.X86
+MODELS = ("demo", "gpt2")
+ROOT = portable.ROOT
+SHIPPED = portable.SHIPPED / "serve"  # a folder per model, a folder per target in each
+EXPORT = "GPT2_MAX_SERVE_EXPORT"  # the make's engine: the folder it writes every graph it compiles into
+FACTS = saved_graphs.FACTS  # what they were made from
+MANIFEST = saved_graphs.MANIFEST  # MAX's MefStore's: each graph's name, types and body digest
+
+
+def folder(model: str) -> Path:
+    """Where ``model``'s graphs are shipped."""
+    return SHIPPED / model / TARGET.level
+
+
+def shipped_facts(model: str) -> dict | None:
+    """What ``model``'s shipped graphs were made from (None where there are none)."""
+    try:
+        return json.loads((folder(model) / FACTS).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def unusable(facts: dict, cpu_flags: frozenset[str] | None = None) -> str:
+    """Why the graphs ``facts`` describe are not for this process, in words ("" when they are)."""
+    why = portable.opted_out() or portable.cannot_run(facts["max"], cpu_flags, TARGET)
+    if why:
+        return why
+    own = cpu.native_path(cpu.flags() if cpu_flags is None else cpu_flags)
+    if own != TARGET.path:
+        return f"this CPU's own kernel path ({own}) is faster than {TARGET.level}'s ({TARGET.path}): compiling it"
+    if facts.get("kernels") != portable.kernels_digest():
+        return "this code's Mojo kernels are not the ones they were compiled with"
+    return ""
+
+
+def prepare() -> str:
+    """Called in the engine's process before the model is built: make MAX
+    export every graph it compiles (the make's engine) or reuse the shipped
+    ones that match. What it did, in a line for the server's log."""
+    from max.engine import InferenceSession, MefStore
+
+    if export := os.environ.get(EXPORT):
+        from max import driver
+
+        driver.set_virtual_cpu_target(TARGET.descriptor)  # before any kernel is compiled in this process
+        InferenceSession.default_mef_store = MefStore.for_export(export)
+        return f"compiling for {TARGET.level}; every graph compiled is written to {export}"
+    from serve.model_config import served_options
+
+    if served_options().device != "cpu":
+        return "the server's shipped compiled graphs are for the CPU"
+    made = [(model, facts) for model in MODELS if (facts := shipped_facts(model)) is not None]
+    if not made:
+        return "no compiled graphs are shipped for the server"
+    if why := unusable(made[0][1]):
+        return f"not using the server's shipped compiled graphs: {why}"
+    folders = [unpacked(model, facts) for model, facts in made]
+    if None in folders:
+        return f"not using the server's shipped compiled graphs: they could not be unpacked from {SHIPPED}"
+    InferenceSession.default_mef_store = MefStore.for_import(folders, key=matching_key(folders))
+    return (f"the server's shipped compiled graphs ({TARGET.level}: {TARGET.runs_on}) are used for the graphs "
+            f"this build makes exactly as they were made")
+
+
+def start_note(device: str) -> str:
+    """What ``python -m serve`` says of the start's compile, on ``device``."""
+    made = [facts for model in MODELS if (facts := shipped_facts(model)) is not None]
+    if device == "cpu" and made and not unusable(made[0]):
+        return (f"the graphs shipped for {TARGET.level} serve {' and '.join(facts['model'] for facts in made)} "
+                "as built by default, nothing compiled; another build's first start compiles, minutes on a small CPU")
+    return "the first start compiles the graph: minutes on a small CPU; later starts reuse it"
+
+
+def matching_key(folders: list[Path]):
+    """The store's key: a graph's artifact's name (MAX's default) when a
+    shipped graph of that name, types and body is there, else None (compile
+    it: MAX's store declines it)."""
+    from model.max_internals import mef_store_fingerprint, mef_store_key
+
+    bodies: dict[str, set[str]] = {}
+    for where in folders:
+        for entry in json.loads((where / MANIFEST).read_text())["graphs"]:
+            bodies.setdefault(entry["key"], set()).add(entry["fingerprint"])
+
+    def key(graph) -> str | None:
+        name = mef_store_key(graph)
+        if bodies.get(name) == {mef_store_fingerprint(graph)}:
+            logger.info(f"{graph.name}: the shipped compiled graph")
+            return name
+        logger.info(f"{graph.name}: compiling it ({'another graph than' if name in bodies else 'not'} "
+                    f"the shipped one)")
+        return None
+
+    return key
+
+
+def unpacked(model: str, facts: dict) -> Path | None:
+    """``model``'s shipped graphs unpacked into the project's cache folder
+    (once: the folder is named by what was shipped), whole or not at all."""
+    digest = hashlib.sha256((folder(model) / FACTS).read_bytes()).hexdigest()[:16]
+    target = caches.folder("graphs") / f"serve-{model}-{TARGET.level}-{digest}"
+    if (target / MANIFEST).is_file():
+        return target
+    staging = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+        for key, file in facts["files"].items():
+            with lzma.open(folder(model) / file) as packed, open(staging / key, "wb") as out:
+                shutil.copyfileobj(packed, out)
+        shutil.copy(folder(model) / MANIFEST, staging / MANIFEST)
+        os.rename(staging, target)
+    except (OSError, EOFError, lzma.LZMAError):  # another process unpacked it first, a full disk, a bad file
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target if (target / MANIFEST).is_file() else None
+
+
+def version() -> str:
+    return importlib.metadata.version("max")

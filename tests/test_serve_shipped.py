@@ -1,0 +1,102 @@
+"""The server's compiled graphs shipped with the project (serve/shipped/): still
+what ``python -m serve.shipped make`` would write for this code; handed to
+MAX's engine only where this CPU runs them and its own kernels are the
+same, and then taken only for the graphs built exactly as they were made.
+The serving tests (test_serve.py) start from them on such a CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from model import portable
+from model.max_internals import mef_store_fingerprint, mef_store_key
+from serve import shipped
+from serve.model_config import OPTIONS
+
+V3 = frozenset(shipped.TARGET.features)  # a CPU with exactly x86-64-v3's features: its own kernels take avx2
+
+
+def test_the_shipped_graphs_match_this_code(capsys):
+    """A change to the server's model graph, the kernels or MAX makes this fail until they are made again."""
+    from serve.shipped.__main__ import main
+
+    assert main(["check"]) == 0, capsys.readouterr().out
+    for model in shipped.MODELS:
+        facts = shipped.shipped_facts(model)
+        assert facts["model"] == model and facts["target"] == shipped.TARGET.descriptor
+        manifest = json.loads((shipped.folder(model) / shipped.MANIFEST).read_text())
+        assert {entry["key"]: entry["fingerprint"] for entry in manifest["graphs"]} == facts["bodies"]
+        assert sorted(key.split("-")[0] for key in facts["bodies"]) == ["GPT2EngineModule", "top_k_sampler"]
+        assert all((shipped.folder(model) / file).is_file() for file in facts["files"].values())
+    assert "python -m serve.shipped make" in (portable.SHIPPED / "NOTICE").read_text()
+
+
+def scaled(name: str, factor: float):
+    """A graph ``name`` of one input times ``factor``: traced, never compiled."""
+    from max.dtype import DType
+    from max.graph import DeviceRef, Graph, TensorType, ops
+
+    with Graph(name, input_types=[TensorType(DType.float32, [2], DeviceRef.CPU())]) as graph:
+        graph.output(graph.inputs[0].tensor * ops.constant(factor, DType.float32, DeviceRef.CPU()))
+    return graph
+
+
+def test_only_a_graph_of_the_shipped_name_types_and_body_is_taken(tmp_path):
+    made = scaled("served", 2.0)
+    entry = {"key": mef_store_key(made), "name": made.name, "signature": {}, "fingerprint": mef_store_fingerprint(made)}
+    (tmp_path / shipped.MANIFEST).write_text(json.dumps({"graphs": [entry], "artifacts": []}))
+    key = shipped.matching_key([tmp_path])
+    assert key(scaled("served", 2.0)) == entry["key"]
+    assert key(scaled("served", 3.0)) is None  # the same name and types, another body: compiled
+    assert key(scaled("other", 2.0)) is None
+
+
+@pytest.mark.skipif(not portable.cpu.is_x86(), reason="x86-64-v3's graphs: an x86-64 host's")
+def test_a_cpu_that_cannot_run_them_or_runs_faster_kernels_of_its_own_compiles(monkeypatch):
+    facts = shipped.shipped_facts("demo")
+    monkeypatch.delenv(portable.USE, raising=False)
+    monkeypatch.delenv(portable.cpu.ENV, raising=False)
+    if portable.opted_out():
+        pytest.skip(f"the shipped graphs are off in this run: {portable.opted_out()}")
+    assert shipped.unusable(facts, V3) == ""
+    assert shipped.unusable(facts, V3 - {"avx2"}) == "this CPU lacks avx2 (x86-64-v3 needs them)"
+    assert "own kernel path (avx512-vnni)" in shipped.unusable(facts, V3 | {"avx512f", "avx512_vnni"})
+    assert shipped.unusable({**facts, "max": "0.1"}, V3).startswith("made with MAX 0.1")
+    assert "Mojo kernels" in shipped.unusable({**facts, "kernels": "another"}, V3)
+    monkeypatch.setenv(portable.USE, "0")
+    assert shipped.unusable(facts, V3) == f"{portable.USE}=0"
+
+
+def test_the_engine_gets_the_graphs_unpacked_once(new_project_cache, monkeypatch):
+    from max.engine import InferenceSession
+
+    monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "")
+    monkeypatch.setattr(InferenceSession, "default_mef_store", None)
+    monkeypatch.setenv(OPTIONS, json.dumps({"device": "cpu"}))
+    assert "shipped compiled graphs (x86-64-v3" in shipped.prepare()
+    store = InferenceSession.default_mef_store
+    assert store is not None and not store.exporting
+    folders = sorted((new_project_cache / "graphs").glob("serve-*"))
+    assert len(folders) == len(shipped.MODELS)
+    for model, where in zip(sorted(shipped.MODELS), folders, strict=True):
+        facts = shipped.shipped_facts(model)
+        assert {key: (where / key).stat().st_size for key in facts["files"]} == facts["mef_bytes"]
+    shipped.prepare()
+    assert sorted((new_project_cache / "graphs").glob("serve-*")) == folders
+
+
+def test_where_they_cannot_serve_the_engine_is_told_nothing_and_the_log_says_why(monkeypatch):
+    from max.engine import InferenceSession
+
+    monkeypatch.setattr(InferenceSession, "default_mef_store", None)
+    monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "this CPU lacks avx2")
+    monkeypatch.setenv(OPTIONS, json.dumps({"device": "cpu"}))
+    assert shipped.prepare() == "not using the server's shipped compiled graphs: this CPU lacks avx2"
+    monkeypatch.setenv(OPTIONS, json.dumps({"device": "gpu", "dtype": "float32"}))
+    assert shipped.prepare() == "the server's shipped compiled graphs are for the CPU"
+    assert InferenceSession.default_mef_store is None
+    assert "minutes" in shipped.start_note("cpu") and "minutes" in shipped.start_note("gpu")
+    monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "")
+    assert shipped.start_note("cpu").startswith("the graphs shipped for x86-64-v3 serve demo and gpt2")
