@@ -69,7 +69,7 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
         name = portable.saved_name(options, graph_config, lambda: traced_graph(config, options),
                                    checkpoint.folder) or name
     if not saved_graphs.is_saved(name) and options.impl == "steps":  # a finished course traces the solutions' graph
-        name = solutions_graph(checkpoint, config, options) or name
+        name = solutions_graph(checkpoint, config, options, name) or name
     if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
         first = "~1-2.5 min on 2 idle CPU cores" if placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
         first += ", longer while other work runs beside it"
@@ -123,23 +123,32 @@ def opened(model: str | Path | Checkpoint, options: BuildOptions):
     return checkpoint, config, as_in_graph(config, options.placement)
 
 
-def solutions_graph(checkpoint: Checkpoint, config, options: BuildOptions) -> str | None:
-    """The name of the solutions' saved graph of this build when the
-    learner's steps trace exactly its graph (both traced: seconds), else
+def solutions_graph(checkpoint: Checkpoint, config, options: BuildOptions, name: str) -> str | None:
+    """The name of the solutions' saved (or shipped) graph of this build when
+    the learner's steps trace exactly its graph (both traced: seconds), else
     None. A finished course then runs the graph compiled for the solutions
-    (by ``generate``, a shipped graph or the test suite) instead of
-    compiling the same graph again under the steps' name."""
+    (by ``generate``, the project's shipped graphs or the test suite)
+    instead of compiling the same graph again; the steps' own ``name`` is
+    linked to it, so later runs load it without tracing."""
     solutions = replace(options, impl="solutions")
     _, solutions_config, graph_config = opened(checkpoint, solutions)
-    name = saved_graphs.graph_name(solutions, graph_config)
-    if not saved_graphs.is_saved(name):
+    found = saved_graphs.graph_name(solutions, graph_config)
+    shipped = portable.shipped_for(solutions, graph_config, portable.this_machines() or portable.X86)
+    if not saved_graphs.is_saved(found) and shipped is None:
         return None
     if portable.graph_digest(traced_graph(config, options)) != portable.graph_digest(
             traced_graph(solutions_config, solutions)):
         return None
+    if not saved_graphs.is_saved(found):  # the shipped graph, unpacked where it can run (else a line says why)
+        # (traced anew when asked: a traced graph's printed body, which the digest reads, differs at each print)
+        found = portable.saved_name(solutions, graph_config, lambda: traced_graph(solutions_config, solutions),
+                                    checkpoint.folder)
+        if found is None:
+            return None
+    saved_graphs.alias(name, found)
     print("your steps build the solutions' graph exactly: its saved compiled graph is used", file=sys.stderr,
           flush=True)
-    return name
+    return found
 
 
 def checkpoint_state(folder: Path, config, graph_config) -> dict:

@@ -205,6 +205,17 @@ def keep_bundle(compiled, members: list[tuple[str, dict]], weights: dict[str, li
         _move(staging, graphs / member)
 
 
+def alias(name: str, saved: str) -> None:
+    """``name`` made another name of the saved graph ``saved`` (a link to its
+    folder), so that a later load under ``name`` finds it as it is."""
+    if not caches.enabled():
+        return
+    try:
+        os.symlink(saved, caches.folder("graphs") / name, target_is_directory=True)
+    except OSError:  # another process made it first, a file system without links: found by tracing again
+        pass
+
+
 def _move(staging: Path, to: Path) -> None:
     """``staging`` moved to ``to`` atomically; dropped if ``to`` is there already."""
     try:

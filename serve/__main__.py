@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: a GPU when MAX sees one (not yet on macOS), else the CPU")
     p.add_argument("--max-batch-size", type=int, default=MAX_BATCH_SIZE,
                    help="sequences decoded together (continuous batching); the KV cache is sized for "
-                        f"this many full windows (default {MAX_BATCH_SIZE}). Changing it recompiles the graph once.")
+                        f"this many full windows (default {MAX_BATCH_SIZE}); the compiled graph takes any batch")
     p.add_argument("--max-length", type=int, default=None,
                    help="prompt + completion tokens per request (default: the model's n_positions)")
     p.add_argument("--linear", default="custom", choices=LINEARS,

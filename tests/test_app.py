@@ -193,8 +193,8 @@ def test_impl_steps_runs_a_finished_course(tmp_path, folder):
     mine = _cli_in(cwd, env, "--impl", "steps", *args)
     assert mine.returncode == 0, mine.stderr
     assert mine.stdout == solutions.stdout
-    if caches.enabled():  # found by tracing the learner's steps and the solutions: the same graph, not compiled
-        assert "its saved compiled graph is used" in mine.stderr and "compiling" not in mine.stderr
+    if caches.enabled():  # the solutions' saved graph, found by tracing both (or, again, by the steps' name)
+        assert "compiling" not in mine.stderr
 
 
 def test_the_learner_s_step_07_is_the_attention_the_app_runs(tmp_path, folder):

@@ -241,6 +241,32 @@ def test_a_first_run_with_empty_caches_uses_the_shipped_graph(tmp_path):
         np.testing.assert_array_equal(tokens, ref["greedy"][0][:8])
 
 
+def test_a_finished_course_s_first_run_with_empty_caches_uses_the_shipped_graph(tmp_path):
+    """``--impl steps`` with every step finished traces the solutions' graph
+    exactly: the first run, every cache empty, finds the shipped graph by
+    tracing both and gives the solutions' tokens; the second finds it under
+    the steps' own name, tracing nothing."""
+    from checkpoints import learner_tree
+
+    only_where_a_level_ships()
+    why = portable.unusable_here(portable.shipped_facts("demo"))
+    if why:
+        pytest.skip(f"the shipped graph cannot run here: {why}")
+    cwd, env = learner_tree(tmp_path, finished=True)
+    env = {k: v for k, v in env.items() if k not in ("GPT2_MAX_CACHE", "MODULAR_CACHE_DIR")}
+    env.update(XDG_CACHE_HOME=str(tmp_path / "cache"), **{portable.BACKGROUND: "0"})
+    ref = demo_reference()
+    for run in range(2):
+        done = subprocess.run([sys.executable, "-m", "model", "--impl", "steps", "--model", "demo", "--temperature",
+                               "0", "--max-new-tokens", "8", "--json", "And it came to pass"],
+                              capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "compiling the model graph" not in done.stderr, (run, done.stderr)
+        assert ("your steps build the solutions' graph exactly" in done.stderr) == (run == 0), (run, done.stderr)
+        tokens = json.loads(done.stdout.strip().splitlines()[-1])["tokens"]
+        np.testing.assert_array_equal(tokens, ref["greedy"][0][:8])
+
+
 def test_gpt2_s_first_run_with_empty_caches_uses_its_shipped_graph(tmp_path):
     """``--model`` a GPT-2 124M checkpoint (the bench's random one: the graph holds no weights) with every
     cache folder empty: the shipped graph, not a compile, and the numpy oracle's greedy tokens."""

@@ -83,8 +83,25 @@ def test_the_engine_gets_the_graphs_unpacked_once(new_project_cache, monkeypatch
     for model, where in zip(sorted(shipped.MODELS), folders, strict=True):
         facts = shipped.shipped_facts(model)
         assert {key: (where / key).stat().st_size for key in facts["files"]} == facts["mef_bytes"]
+    written = {mef: mef.stat().st_mtime_ns for where in folders for mef in where.glob("*.mef")}
     shipped.prepare()
     assert sorted((new_project_cache / "graphs").glob("serve-*")) == folders
+    assert {mef: mef.stat().st_mtime_ns for mef in written} == written  # not unpacked again
+    damaged = next(iter(written))
+    damaged.write_bytes(damaged.read_bytes()[:1000])  # cut short: unpacked again, whole
+    shipped.prepare()
+    assert {mef: mef.stat().st_size for mef in written} == {mef: size for mef, size in (
+        (mef, shipped.shipped_facts(mef.parent.name.split("-")[1])["mef_bytes"][mef.name]) for mef in written)}
+
+
+def test_only_the_models_whose_own_facts_pass_are_given(new_project_cache, monkeypatch):
+    from max.engine import InferenceSession
+
+    monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "stale" if facts["model"] == "gpt2" else "")
+    monkeypatch.setattr(InferenceSession, "default_mef_store", None)
+    monkeypatch.setenv(OPTIONS, json.dumps({"device": "cpu"}))
+    shipped.prepare()
+    assert [p.name.split("-")[1] for p in (new_project_cache / "graphs").glob("serve-*")] == ["demo"]
 
 
 def test_where_they_cannot_serve_the_engine_is_told_nothing_and_the_log_says_why(monkeypatch):
@@ -97,6 +114,7 @@ def test_where_they_cannot_serve_the_engine_is_told_nothing_and_the_log_says_why
     monkeypatch.setenv(OPTIONS, json.dumps({"device": "gpu", "dtype": "float32"}))
     assert shipped.prepare() == "the server's shipped compiled graphs are for the CPU"
     assert InferenceSession.default_mef_store is None
-    assert "minutes" in shipped.start_note("cpu") and "minutes" in shipped.start_note("gpu")
+    compiles = "the first start compiles the graph: minutes on a small CPU; later starts reuse it"
+    assert shipped.start_note("cpu") == compiles and shipped.start_note("gpu") == compiles
     monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "")
     assert shipped.start_note("cpu").startswith("the graphs shipped for x86-64-v3 serve demo and gpt2")

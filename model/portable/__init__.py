@@ -248,7 +248,8 @@ def kernels_digest() -> str:
 
 def graph_digest(graph) -> str:
     """A digest of what a traced graph computes: its printed body, less the
-    kernel library's path (a folder of this machine's cache)."""
+    kernel library's path (a folder of this machine's cache). Taken once per
+    traced graph: MAX 26.7 prints the same graph otherwise the second time."""
     body = re.sub(r"_kernel_library_paths = \[[^\]]*\]", "_kernel_library_paths = []", repr(graph))
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 

@@ -22,9 +22,9 @@ the Mojo kernels are the ones they were compiled with. They are unpacked into
 the project's cache folder and handed to MAX's engine as a store of
 precompiled graphs (``InferenceSession.default_mef_store``), whose key lets
 through exactly the graphs the server builds with the same name, types and
-body: anything else the engine compiles (another ``--max-batch-size``,
-``--linear course``, a learner's edited step) is compiled as before, and the
-server's log says which. ``GPT2_MAX_PORTABLE_GRAPH=0`` turns them off, as for
+body: anything else the engine compiles (another model's shape, ``--linear
+course``, a learner's edited step) is compiled as before, and the server's
+log says which. ``GPT2_MAX_PORTABLE_GRAPH=0`` turns them off, as for
 the app's shipped graphs (model/portable/).
 """
 
@@ -98,12 +98,16 @@ def prepare() -> str:
     made = [(model, facts) for model in MODELS if (facts := shipped_facts(model)) is not None]
     if not made:
         return "no compiled graphs are shipped for the server"
-    if why := unusable(made[0][1]):
-        return f"not using the server's shipped compiled graphs: {why}"
-    folders = [unpacked(model, facts) for model, facts in made]
+    usable = [(model, facts) for model, facts in made if not unusable(facts)]
+    if not usable:
+        return f"not using the server's shipped compiled graphs: {unusable(made[0][1])}"
+    folders = [unpacked(model, facts) for model, facts in usable]
     if None in folders:
         return f"not using the server's shipped compiled graphs: they could not be unpacked from {SHIPPED}"
-    InferenceSession.default_mef_store = MefStore.for_import(folders, key=matching_key(folders))
+    try:
+        InferenceSession.default_mef_store = MefStore.for_import(folders, key=matching_key(folders))
+    except Exception as exc:  # a manifest MAX cannot read: the server compiles, as without them
+        return f"not using the server's shipped compiled graphs: {type(exc).__name__}: {exc}"
     return (f"the server's shipped compiled graphs ({TARGET.level}: {TARGET.runs_on}) are used for the graphs "
             f"this build makes exactly as they were made")
 
@@ -145,10 +149,11 @@ def unpacked(model: str, facts: dict) -> Path | None:
     (once: the folder is named by what was shipped), whole or not at all."""
     digest = hashlib.sha256((folder(model) / FACTS).read_bytes()).hexdigest()[:16]
     target = caches.folder("graphs") / f"serve-{model}-{TARGET.level}-{digest}"
-    if (target / MANIFEST).is_file():
+    if whole(target, facts):
         return target
     staging = None
     try:
+        shutil.rmtree(target, ignore_errors=True)  # a damaged one (a file removed or cut short)
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
         for key, file in facts["files"].items():
@@ -159,7 +164,16 @@ def unpacked(model: str, facts: dict) -> Path | None:
     except (OSError, EOFError, lzma.LZMAError):  # another process unpacked it first, a full disk, a bad file
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-    return target if (target / MANIFEST).is_file() else None
+    return target if whole(target, facts) else None
+
+
+def whole(unpacked_folder: Path, facts: dict) -> bool:
+    """Whether ``unpacked_folder`` holds MAX's manifest and every graph ``facts`` name, each of its size."""
+    try:
+        return (unpacked_folder / MANIFEST).is_file() and all(
+            (unpacked_folder / key).stat().st_size == size for key, size in facts["mef_bytes"].items())
+    except OSError:
+        return False
 
 
 def version() -> str:

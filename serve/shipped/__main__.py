@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from model import portable
+from model import cpu, portable
 from serve.shipped import EXPORT, FACTS, MANIFEST, MODELS, ROOT, SHIPPED, TARGET, folder, shipped_facts, version
 
 START_TIMEOUT = 1800  # a start from empty caches compiles both graphs (minutes on 2 cores)
@@ -28,6 +28,12 @@ def make(model: str, out: Path) -> int:
     from model.portable.__main__ import empty_caches_env, write_notice
     from serve.process import free_port, stop, wait_ready
 
+    # The engine runs the graphs it compiles, so this CPU must run x86-64-v3's code; and its own kernel path
+    # must be the target's, so that nothing compiled here can hold wider instructions than the target's.
+    own = cpu.native_path(cpu.flags())
+    if why := portable.cannot_run(version(), target=TARGET) or (own != TARGET.path and f"its own kernel path is {own}"):
+        raise SystemExit(f"serve.shipped make: not on this CPU ({why}); make them on an x86-64 CPU with AVX2 and "
+                         "without AVX-512 VNNI")
     checkpoint = targets.checkpoint(model)
     with tempfile.TemporaryDirectory(prefix="gpt2-serve-shipped-") as empty:
         export = Path(empty) / "export"
