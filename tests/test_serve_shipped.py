@@ -102,6 +102,9 @@ def test_only_the_models_whose_own_facts_pass_are_given(new_project_cache, monke
     monkeypatch.setenv(OPTIONS, json.dumps({"device": "cpu"}))
     shipped.prepare()
     assert [p.name.split("-")[1] for p in (new_project_cache / "graphs").glob("serve-*")] == ["demo"]
+    assert shipped.start_note("cpu").startswith("the graphs shipped for x86-64-v3 serve demo as built")
+    monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "stale" if facts["model"] == "demo" else "")
+    assert shipped.start_note("cpu").startswith("the graphs shipped for x86-64-v3 serve gpt2 as built")
 
 
 def test_where_they_cannot_serve_the_engine_is_told_nothing_and_the_log_says_why(monkeypatch):

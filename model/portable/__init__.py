@@ -183,7 +183,7 @@ def cannot_run(made_with: str, cpu_flags: frozenset[str] | None = None, target: 
     """Why code that MAX ``made_with`` compiled for ``target`` cannot run in
     this process (a shipped graph, the checker's shipped kernels), in words;
     "" when it can. The CPU's features come from /proc/cpuinfo (or ``cpu_flags``)."""
-    version = importlib.metadata.version("max")
+    version = max_version()
     if made_with != version:
         return f"made with MAX {made_with}, this is MAX {version}"
     if platform.system() != "Linux" or host_machine() != target.machine:
@@ -254,19 +254,37 @@ def graph_digest(graph) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
+def max_version() -> str:
+    """The installed MAX's version: a compiled graph runs only under the MAX that made it."""
+    return importlib.metadata.version("max")
+
+
 def unpack(target: Target, facts: dict, folder: Path) -> None:
     """The graph ``facts`` describe, shipped for ``target``, into ``folder``
     as a saved graph (MEF, MAX's manifest, the build's facts), whole or not at all."""
-    shipped, staging = target.folder(facts["model"]), None
+    shipped = target.folder(facts["model"])
+    unpack_into(folder, {facts["mef"]: shipped / facts["file"]}, shipped / saved_graphs.MANIFEST,
+                {saved_graphs.FACTS: json.dumps(facts["build"])})
+
+
+def unpack_into(folder: Path, packed: dict[str, Path], manifest: Path, texts: dict[str, str] | None = None) -> None:
+    """``folder`` made whole or not at all: each xz file of ``packed`` unpacked
+    under its name, MAX's ``manifest`` copied and ``texts`` written, in a
+    staging folder beside it that is then renamed. Another process that
+    unpacked it first, a full disk or a bad file leave no ``folder`` behind
+    from here."""
+    staging = None
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-        with lzma.open(shipped / facts["file"]) as packed, open(staging / facts["mef"], "wb") as out:
-            shutil.copyfileobj(packed, out)
-        shutil.copy(shipped / saved_graphs.MANIFEST, staging / saved_graphs.MANIFEST)
-        (staging / saved_graphs.FACTS).write_text(json.dumps(facts["build"]))
+        for name, file in packed.items():
+            with lzma.open(file) as source, open(staging / name, "wb") as out:
+                shutil.copyfileobj(source, out)
+        shutil.copy(manifest, staging / saved_graphs.MANIFEST)
+        for name, text in (texts or {}).items():
+            (staging / name).write_text(text)
         os.rename(staging, folder)
-    except (OSError, EOFError, lzma.LZMAError):  # another process unpacked it first, a full disk, a bad file
+    except (OSError, EOFError, lzma.LZMAError):
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
 

@@ -27,6 +27,7 @@ from model.portable import (
     config_facts,
     graph_digest,
     kernels_digest,
+    max_version,
     shipped_config,
     shipped_facts,
 )
@@ -72,7 +73,7 @@ def make(model: str, checkpoint: str, target: Target, out: Path) -> int:
     [entry] = json.loads((saved / saved_graphs.MANIFEST).read_text())["graphs"]
     mef = saved / entry["key"]
     digest = traced_digest(options, config)
-    version = importlib.metadata.version("max")
+    version = max_version()
     file = f"{model}-{target.level}-max{version}-{digest}.mef.xz"
     try:
         before = json.loads((out / "facts.json").read_text())
@@ -131,7 +132,7 @@ def check() -> int:
     from model.options import BuildOptions
 
     options = BuildOptions(device="cpu", dtype="float32")
-    version = importlib.metadata.version("max")
+    version = max_version()
     failed = 0
     for model in MODELS:
         digest = traced_digest(options, shipped_config(model))

@@ -31,13 +31,10 @@ the app's shipped graphs (model/portable/).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import logging
-import lzma
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from model import caches, cpu, portable, saved_graphs
@@ -114,9 +111,9 @@ def prepare() -> str:
 
 def start_note(device: str) -> str:
     """What ``python -m serve`` says of the start's compile, on ``device``."""
-    made = [facts for model in MODELS if (facts := shipped_facts(model)) is not None]
-    if device == "cpu" and made and not unusable(made[0]):
-        return (f"the graphs shipped for {TARGET.level} serve {' and '.join(facts['model'] for facts in made)} "
+    usable = [facts for model in MODELS if (facts := shipped_facts(model)) is not None and not unusable(facts)]
+    if device == "cpu" and usable:
+        return (f"the graphs shipped for {TARGET.level} serve {' and '.join(facts['model'] for facts in usable)} "
                 "as built by default, nothing compiled; another build's first start compiles, minutes on a small CPU")
     return "the first start compiles the graph: minutes on a small CPU; later starts reuse it"
 
@@ -151,19 +148,9 @@ def unpacked(model: str, facts: dict) -> Path | None:
     target = caches.folder("graphs") / f"serve-{model}-{TARGET.level}-{digest}"
     if whole(target, facts):
         return target
-    staging = None
-    try:
-        shutil.rmtree(target, ignore_errors=True)  # a damaged one (a file removed or cut short)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-        for key, file in facts["files"].items():
-            with lzma.open(folder(model) / file) as packed, open(staging / key, "wb") as out:
-                shutil.copyfileobj(packed, out)
-        shutil.copy(folder(model) / MANIFEST, staging / MANIFEST)
-        os.rename(staging, target)
-    except (OSError, EOFError, lzma.LZMAError):  # another process unpacked it first, a full disk, a bad file
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(target, ignore_errors=True)  # a damaged one (a file removed or cut short)
+    portable.unpack_into(target, {key: folder(model) / file for key, file in facts["files"].items()},
+                         folder(model) / MANIFEST)
     return target if whole(target, facts) else None
 
 
@@ -174,7 +161,3 @@ def whole(unpacked_folder: Path, facts: dict) -> bool:
             (unpacked_folder / key).stat().st_size == size for key, size in facts["mef_bytes"].items())
     except OSError:
         return False
-
-
-def version() -> str:
-    return importlib.metadata.version("max")

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from model import cpu, portable
-from serve.shipped import EXPORT, FACTS, MANIFEST, MODELS, ROOT, SHIPPED, TARGET, folder, shipped_facts, version
+from serve.shipped import EXPORT, FACTS, MANIFEST, MODELS, ROOT, SHIPPED, TARGET, folder, shipped_facts
 
 START_TIMEOUT = 1800  # a start from empty caches compiles both graphs (minutes on 2 cores)
 
@@ -31,7 +31,8 @@ def make(model: str, out: Path) -> int:
     # The engine runs the graphs it compiles, so this CPU must run x86-64-v3's code; and its own kernel path
     # must be the target's, so that nothing compiled here can hold wider instructions than the target's.
     own = cpu.native_path(cpu.flags())
-    if why := portable.cannot_run(version(), target=TARGET) or (own != TARGET.path and f"its own kernel path is {own}"):
+    version = portable.max_version()
+    if why := portable.cannot_run(version, target=TARGET) or (own != TARGET.path and f"its own kernel path is {own}"):
         raise SystemExit(f"serve.shipped make: not on this CPU ({why}); make them on an x86-64 CPU with AVX2 and "
                          "without AVX-512 VNNI")
     checkpoint = targets.checkpoint(model)
@@ -58,7 +59,7 @@ def make(model: str, out: Path) -> int:
         kernels = portable.kernels_digest()
         # The same graphs compile to other bytes each time: files already there for the same graphs are kept,
         # so that git's history does not grow by them at each make.
-        same = (before is not None and before.get("max") == version() and before.get("kernels") == kernels
+        same = (before is not None and before.get("max") == portable.max_version() and before.get("kernels") == kernels
                 and before.get("bodies") == entries and all((out / f).is_file() for f in before["files"].values()))
         if not same:
             shutil.rmtree(out, ignore_errors=True)
@@ -67,12 +68,12 @@ def make(model: str, out: Path) -> int:
                 with open(export / key, "rb") as raw, lzma.open(out / f"{key}.xz", "wb", preset=9) as packed:
                     shutil.copyfileobj(raw, packed)
             shutil.copy(export / MANIFEST, out / MANIFEST)
-        facts = {"model": model, "max": version(), "level": TARGET.level, "target": TARGET.descriptor,
+        facts = {"model": model, "max": portable.max_version(), "level": TARGET.level, "target": TARGET.descriptor,
                  "kernels": kernels, "bodies": entries, "files": {key: f"{key}.xz" for key in entries},
                  "mef_bytes": before["mef_bytes"] if same else {key: (export / key).stat().st_size for key in entries},
                  "made_by": "python -m serve.shipped make"}
         (out / FACTS).write_text(json.dumps(facts, indent=1) + "\n")
-    write_notice(SHIPPED.parent, version())
+    write_notice(SHIPPED.parent, portable.max_version())
     packed = sum((out / f).stat().st_size for f in facts["files"].values())
     print(f"{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}: {len(entries)} graphs, "
           f"{sum(facts['mef_bytes'].values()) / 1e6:.2f} MB compiled for {TARGET.level}, {packed / 1e6:.2f} MB "
@@ -112,7 +113,7 @@ def check(model: str) -> str:
     facts = shipped_facts(model)
     if facts is None:
         return "none shipped"
-    stale = [what for what, ok in (("MAX's version", facts["max"] == version()),
+    stale = [what for what, ok in (("MAX's version", facts["max"] == portable.max_version()),
                                    ("the Mojo kernels", facts.get("kernels") == portable.kernels_digest()),
                                    ("the target", facts["target"] == TARGET.descriptor),
                                    ("the files", all((folder(model) / f).is_file() for f in facts["files"].values())
