@@ -12,6 +12,10 @@ which graphs, which eager ops, and how long each took on this machine.
     python -m bench.compiles --log /tmp/compiles.jsonl --report    # the report again
     python -m bench.compiles --log /tmp/c.jsonl -- tests/test_quantize.py   # some tests only
 
+Each worker's files, in the order it ran them, with when each started, its
+seconds and its compiles' seconds, close the report: where a cold run's two
+workers waited, and which file ran last.
+
 A compile shorter than a second was served from a cache (MAX's or a saved graph's); the
 report counts the rest. Seconds are wall time, so two workers compiling side
 by side each count their own.
@@ -86,7 +90,31 @@ def report(log: Path, longest: int = 25) -> str:
         program, *rest = c["argv"] or ["-c"]
         process = "" if program == "-c" or "pytest" in program else " ".join([Path(program).name, *rest])
         lines.append(f"| {c['s']:.0f} | {c['what']} | {c['test']} | {process} |")
-    return "\n".join(lines)
+    return "\n".join(lines + timeline(read(Path(f"{log}.tests")), cold))
+
+
+def timeline(tests: list[dict], cold: list[dict]) -> list[str]:
+    """Each worker's files in the order it ran them: start (seconds from the
+    run's first test), seconds, and the seconds of the compiles in it."""
+    if not tests:
+        return []
+    zero = min(t["start"] for t in tests)
+    lines = ["", "each worker's files, in order:", "", "| worker | start s | file | s | compile s |",
+             "|---|---|---|---|---|"]
+    for worker in sorted({t["worker"] for t in tests}):
+        runs = sorted((t for t in tests if t["worker"] == worker), key=lambda t: t["start"])
+        spans: list[list] = []  # [file, start, end]
+        for t in runs:
+            file = t["test"].split("::")[0]
+            if spans and spans[-1][0] == file:
+                spans[-1][2] = t["end"]
+            else:
+                spans.append([file, t["start"], t["end"]])
+        for file, start, end in spans:
+            compiled = sum(c["s"] for c in cold if c["worker"] == worker and c["test"].split("::")[0] == file)
+            lines.append(f"| {worker or '-'} | {start - zero:.0f} | {file} | {end - start:.0f} | {compiled:.0f} |")
+        lines.append(f"| {worker or '-'} | {runs[-1]['end'] - zero:.0f} | (its last test ended) | | |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

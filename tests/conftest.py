@@ -42,9 +42,14 @@ set_default_executor(executor_without_background_compiles())
 
 # `pixi run test` runs the files on several workers (pytest-xdist, --dist loadfile: each
 # file whole on one worker, in the order collected): a cold run is mostly MAX compiling
-# graphs, and one compile keeps fewer than two cores busy (docs/contributing.md). The files
-# that compile the most go first, so that the longest of them does not start last and run alone.
-SLOWEST_FIRST = ("test_targets.py", "test_serve_targets.py", "test_serve.py", "test_quantize.py", "test_fast_linear.py")
+# graphs, and one compile keeps fewer than two cores busy (docs/contributing.md). A worker takes
+# the next file as it runs out. The files that compile the most go first, so that the longest of
+# them does not start last and run alone: the first two compile the suite's two units of graphs
+# (tests/suite_graphs.py), each on its own worker. The files that wait for the longer unit go
+# last, so that they find it done instead of waiting for it.
+SLOWEST_FIRST = ("test_fast_linear.py", "test_quantize.py", "test_app.py", "test_bench.py")
+LAST = ("test_kv_cache.py", "test_model.py", "test_generate.py", "test_engine_threads.py", "test_saved_graphs.py",
+        "test_attention_map.py")
 GIB_PER_WORKER = 2.5  # a graph's compile peaks below 2 GB
 
 
@@ -57,8 +62,8 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order kept
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)} | {name: 1000 + i for i, name in enumerate(LAST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))  # stable: each file's own order kept
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: none where it is not installed

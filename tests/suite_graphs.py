@@ -6,9 +6,11 @@ cores one matmul's graph ~80 s, a tiny model's ~2-3 min): compiled one by one,
 the graphs below were most of a cold run. Each group's graphs are compiled
 by MAX as one unit (model/together.py) and saved as one bundle
 (model/saved_graphs.py), where every ``load_gpt2`` of them finds its graph,
-in the test's process or a child's. A file's first test waits for its
-group's unit; the worker that gets there first compiles it, holding a lock
-the other waits on. A run of a few files compiles only their graphs. With
+in the test's process or a child's. A graph listed in several groups is
+compiled in the first one's unit. A file's first test waits for the units
+holding its graphs, its own group's first; the worker that gets to a unit
+first compiles it, holding a lock the other waits on. A run of a few files
+compiles only their graphs. With
 saved graphs off (``GPT2_MAX_SAVED_GRAPHS=0``) nothing is compiled here and
 each test compiles what it loads, as a user's run would.
 
@@ -21,6 +23,7 @@ compiles of a run by test.
 from __future__ import annotations
 
 import fcntl
+import importlib
 import json
 import shutil
 import sys
@@ -31,7 +34,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from checkpoints import TINY, reference
+from checkpoints import STEP_07_EDITS, TINY, edited_learner_tree, reference
 
 from model import caches, cpu
 from weights.synthetic import write_checkpoint
@@ -42,12 +45,15 @@ class Build:
     """One ``load_gpt2(checkpoint, device="cpu", **options)``, under
     ``$GPT2_MAX_KERNEL_PATH=kernel_path`` and with the CPU's head widened to
     a multiple of ``vocab_multiple`` (model/gpt2.py's VOCAB_MULTIPLE) when
-    those are given, as the test that loads it sets them."""
+    those are given, as the test that loads it sets them; with ``step_07_edit``
+    (a key of tests/checkpoints.py's STEP_07_EDITS), the learner's finished
+    steps with that edit of step 07 are the ``steps`` it imports (impl steps)."""
 
     checkpoint: str  # a reference checkpoint's name (tests/checkpoints.py), "demo" or "tiny"
     options: tuple = ()  # (field, value) pairs of BuildOptions
     kernel_path: str | None = None
     vocab_multiple: int | None = None
+    step_07_edit: str | None = None
 
 
 def other_path() -> str | None:
@@ -67,11 +73,14 @@ TRAINED = [Build("trained-bytes", (("dtype", dtype),)) for dtype in ("q4_0", "q4
 # test_saved_graphs.py's quantized graph is copied into its own project cache from the suite's
 # (``saved_in``). A learner's finished course (--impl steps: test_app.py, test_attention_map.py)
 # finds the solutions' saved graph of its build by tracing both (model/gpt2.py's solutions_graph).
+# test_app.py's learner with an edited step 07 runs its own graph: it joins the quantize unit, compiled
+# early beside the models unit (tests/conftest.py's SLOWEST_FIRST), so test_app's first test finds it done.
 Q8_0_TRAINED = Build("trained-bytes", (("dtype", "q8_0"),))
 FLOAT32 = Build("tiny-2l-4h")
 GROUPS = {
     "quantize": {
         "test_quantize.py": [*TRAINED, demo("q8_0"), demo("q8_0", "other"), demo("q4_0"), demo("q4_0", "other")],
+        "test_app.py": [Build("tiny", (("impl", "steps"),), step_07_edit="forward-without-c_proj")],
     },
     "models": {
         "test_fast_linear.py": [FLOAT32, Build("tiny-2l-4h", (("linear", "course"),)), Q8_0_TRAINED, demo("q8_0"),
@@ -98,9 +107,36 @@ def checkpoint_folder(name: str) -> Path:
     return reference(name)[0]
 
 
+@cache
+def edited_steps(edit: str) -> Path:
+    """The folder holding a finished learner's ``steps`` package with ``edit`` made, as the test makes it."""
+    return edited_learner_tree(Path(tempfile.mkdtemp(prefix="suite-graphs-")), STEP_07_EDITS[edit])[0]
+
+
+@contextmanager
+def learner_steps(folder: Path):
+    """``import steps`` reads ``folder``'s package, not the repository's, until the block ends (the
+    builds made in it keep the classes they were made from)."""
+    def ours() -> dict:
+        return {name: module for name, module in sys.modules.items() if name == "steps" or name.startswith("steps.")}
+
+    before = ours()
+    for name in before:
+        del sys.modules[name]
+    sys.path.insert(0, str(folder))
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        sys.path.remove(str(folder))
+        for name in ours():
+            del sys.modules[name]
+        sys.modules.update(before)
+
+
 @contextmanager
 def as_loaded(build: Build):
-    """``build``'s kernel path and head's width set, as the test sets them."""
+    """``build``'s kernel path, head's width and learner's steps set, as the test sets them."""
     import model.gpt2
 
     with pytest.MonkeyPatch.context() as patch:
@@ -108,7 +144,11 @@ def as_loaded(build: Build):
             patch.setenv(cpu.ENV, other_path() if build.kernel_path == "other" else build.kernel_path)
         if build.vocab_multiple is not None:
             patch.setitem(model.gpt2.VOCAB_MULTIPLE, "cpu", build.vocab_multiple)
-        yield
+        if build.step_07_edit is None:
+            yield
+        else:
+            with learner_steps(edited_steps(build.step_07_edit)):
+                yield
 
 
 def graph_name(build: Build) -> str:
@@ -123,24 +163,38 @@ def graph_name(build: Build) -> str:
         return saved_graphs.graph_name(options, graph_config)
 
 
+def units(collected: set[str]) -> dict[str, list[Build]]:
+    """Each group's unit in a run of the ``collected`` files: the builds its
+    files there load, each build in the first group that lists it (two units
+    compiling side by side never both compile one graph)."""
+    out, taken = {}, set()
+    for name, group in GROUPS.items():
+        builds = [build for loader, listed in group.items() if loader in collected for build in listed
+                  if build.kernel_path != "other" or other_path() is not None]
+        out[name] = [build for build in dict.fromkeys(builds) if build not in taken]
+        taken |= set(out[name])
+    return out
+
+
 def compile_for(file: str, collected: set[str]) -> None:
-    """Compile the graphs of ``file``'s group that the run's ``collected``
-    files load and are not saved yet, as one unit; wait while another worker
+    """Compile, as one unit each, the units holding the graphs ``file`` loads
+    (its own group's first) that are not saved yet; wait while another worker
     does."""
     from model import saved_graphs
 
-    name, group = next(((name, files) for name, files in GROUPS.items() if file in files), (None, None))
-    if group is None or not caches.enabled():
+    if not caches.enabled():
         return
-    builds = list(dict.fromkeys(build for loader, listed in group.items() if loader in collected for build in listed
-                                if build.kernel_path != "other" or other_path() is not None))
-    folder = caches.folder("graphs")
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"suite-{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        missing = [build for build in builds if not saved_graphs.is_saved(graph_name(build))]
-        if missing:
-            compile_together(missing)
+    loads = {build for group in GROUPS.values() for build in group.get(file, [])}
+    every = units(collected)
+    holding = [name for name in GROUPS if loads & set(every[name])]
+    for name in sorted(holding, key=lambda name: file not in GROUPS[name]):  # its own group's unit first
+        folder = caches.folder("graphs")
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"suite-{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            missing = [build for build in every[name] if not saved_graphs.is_saved(graph_name(build))]
+            if missing:
+                compile_together(missing)
 
 
 def saved_in(build: Build, project_cache: Path, suite_graphs: Path) -> None:

@@ -4,6 +4,8 @@ the compiled KV-cache path, batches, and the command line (`python -m model`).""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -138,9 +140,6 @@ def test_cli_help_explains_every_flag():
 
 
 def _cli_in(cwd, env, *args):
-    import subprocess
-    import sys
-
     return subprocess.run([sys.executable, "-m", "model", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
 
@@ -198,12 +197,30 @@ def test_impl_steps_runs_a_finished_course(tmp_path, folder):
 
 
 def test_the_learner_s_step_07_is_the_attention_the_app_runs(tmp_path, folder):
-    # One edit compiled and run (minutes cold); the test below traces every edit (seconds).
+    # One edit compiled and run (minutes cold: the suite compiles it with others, tests/suite_graphs.py);
+    # the tests below trace every edit (seconds).
     cwd, env = edited_learner_tree(tmp_path, STEP_07_EDITS["forward-without-c_proj"])
     args = ("--model", str(folder), "--temperature", "0", "--max-new-tokens", "8", "--quiet", "Hello")
     mine = _cli_in(cwd, env, "--impl", "steps", *args)
     assert mine.returncode == 0, mine.stderr
     assert mine.stdout != _cli(*args).stdout
+
+
+def test_an_edited_step_07_is_not_given_the_solutions_graph(tmp_path, folder, gpt2):
+    """``load_gpt2``'s lookup for a learner's build whose own graph is not
+    saved yet (the solutions' graph saved: the ``gpt2`` fixture's) gives
+    nothing for an edited step 07: the app compiles the learner's graph."""
+    if not caches.enabled():
+        pytest.skip("no saved graphs: nothing to be given")
+    cwd, env = edited_learner_tree(tmp_path, STEP_07_EDITS["_attn-scaled"])
+    code = ("from model.gpt2 import opened, solutions_graph\n"
+            "from model.options import BuildOptions\n"
+            "options = BuildOptions(impl='steps', device='cpu')\n"
+            f"checkpoint, config, _ = opened({str(folder)!r}, options)\n"
+            "print(solutions_graph(checkpoint, config, options, 'not-linked'))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None" and "solutions' graph exactly" not in done.stderr
 
 
 def test_each_step_07_edit_changes_the_graph_the_app_builds(tmp_path, folder):

@@ -76,3 +76,20 @@ def test_a_compile_in_a_process_that_outlived_its_test_goes_to_the_test_running_
     assert "| tests/test_a.py | 30 | 1 |" in text
     assert "| 90 | gpt2 | tests/test_c.py::test_three | targets.py --one sm_90a |" in text
     assert "| 40 | eager: mo.mul | tests/test_b.py::test_two |  |" in text
+
+
+def test_the_report_ends_with_each_worker_s_files_in_order(tmp_path):
+    log = tmp_path / "log.jsonl"
+    tests = [{"test": "tests/test_a.py::test_one", "worker": "gw0", "start": 100.0, "end": 150.0},
+             {"test": "tests/test_a.py::test_two", "worker": "gw0", "start": 150.0, "end": 300.0},
+             {"test": "tests/test_b.py::test_three", "worker": "gw0", "start": 300.0, "end": 310.0},
+             {"test": "tests/test_c.py::test_four", "worker": "gw1", "start": 101.0, "end": 400.0}]
+    rows = [{"method": "compile", "what": "gpt2", "start": 160.0, "s": 120.0, "worker": "gw0",
+             "test": "tests/test_a.py::test_two (call)", "argv": ["-c"]}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "log.jsonl.tests").write_text("".join(json.dumps(t) + "\n" for t in tests))
+    text = compiles.report(log)
+    assert text.split("each worker's files, in order:")[1].split("\n")[4:] == [
+        "| gw0 | 0 | tests/test_a.py | 200 | 120 |", "| gw0 | 200 | tests/test_b.py | 10 | 0 |",
+        "| gw0 | 210 | (its last test ended) | | |",
+        "| gw1 | 1 | tests/test_c.py | 299 | 0 |", "| gw1 | 300 | (its last test ended) | | |"]
