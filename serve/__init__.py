@@ -4,6 +4,14 @@
 ``python -m serve`` starts the server with this project's choices.
 """
 
-from serve.arch import gpt2_arch
 
-ARCHITECTURES = [gpt2_arch]
+def __getattr__(name: str):
+    # ARCHITECTURES is made when MAX's engine asks for it: importing the
+    # architecture imports MAX's pipelines (~5 s), which neither the launcher
+    # (``python -m serve`` imports this package first) nor the bench's
+    # helpers need.
+    if name == "ARCHITECTURES":
+        from serve.arch import gpt2_arch
+
+        return [gpt2_arch]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -141,6 +141,7 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     # stops every exporter to Modular's collector (and the start-up log it
     # posts) but leaves /metrics, a pull surface on --host
     # (MAX's _telemetry_disabled: model/max_internals.py).
+    # (GPT2_SERVE_OPTIONS: serve/model_config.py's OPTIONS, not imported here: it imports MAX's pipelines, ~5 s)
     env = dict(os.environ, OTEL_SDK_DISABLED="true", HF_HUB_OFFLINE="1", GPT2_SERVE_OPTIONS=json.dumps(asdict(options)),
                PYTHONPATH=os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])))
     if args.metrics_port is not None:  # a setting of MAX's server, read from the environment only
@@ -185,11 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(" ".join(command))
         return 0
-    from serve.model_config import OPTIONS
     from serve.shipped import start_note
 
+    device = command[command.index("--devices") + 1]
     print(f"serve: starting MAX's server for {args.model} on http://{args.host}:{args.port}/v1 "
-          f"({start_note(json.loads(env[OPTIONS])['device'])})", flush=True)
+          f"({start_note(device)})", flush=True)
     # MAX's processes talk over ZMQ sockets bound as files in the temporary
     # folder (max/serve/worker_interface/_zmq_queue.py), which it leaves there
     # when it stops: a folder of the launcher's own, removed once the server's

@@ -99,30 +99,53 @@ def test_q6_k_is_more_precise_than_q4_0():
     assert err["q6_k"] < err["q4_0"] / 3
 
 
-# MAX's eager interpreter hands graphs with the kernels' weight-repacking op to
-# its compiler, with a warning: expected here.
-@pytest.mark.filterwarnings("ignore:The eager interpreter failed")
-@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
-def test_max_kernel_reads_our_blocks(encoding):
-    # The layer on our bytes (q6_k: MAX's qmatmul; q4_0: model/kernels' op,
-    # MAX's own Q4_0 kernel for these 6 rows, on the blocks packed for it)
-    # equals x @ dequantize(W)^T, up to the 8-bit rounding of the
-    # activations; 40 output rows are padded to 64.
+@pytest.fixture(scope="module")
+def kernels_on_our_blocks():
+    """Each encoding's layer (what the course's blocks get as ``linear``) on
+    our bytes, loaded as quantize_state fills it, run on one input in one
+    compiled graph (one compile for both: each alone is ~40 s on 2 cores):
+    {encoding: output}, the input, the weight and the bias."""
+    from max.driver import CPU
+    from max.dtype import DType
     from max.experimental import functional as F
+    from max.experimental import nn
     from max.experimental.tensor import Tensor
+    from max.graph import TensorType
 
     from model.layers import quantized_linear
     from model.quantize import quantized_arrays
 
-    fmt = ENCODINGS[encoding]
+    encodings = sorted(ENCODINGS)
     rng = np.random.default_rng(3)
     weight = rng.standard_normal((40, SUPER)).astype(np.float32)
     bias = rng.standard_normal(40).astype(np.float32)
     x = rng.standard_normal((2, 3, SUPER)).astype(np.float32)
+
+    class Each(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([quantized_linear(encoding)(SUPER, 40) for encoding in encodings])
+
+        def forward(self, x):
+            return tuple(layer(x) for layer in self.layers)
+
     with F.lazy():
-        layer = quantized_linear(encoding)(SUPER, 40)  # what the course's blocks get as `linear`
-    layer.load_state_dict({**quantized_arrays(encoding, weight), "bias": bias})  # as quantize_state fills it
-    got = layer(Tensor.from_dlpack(x)).to_numpy()
+        each = Each()
+    for encoding, layer in zip(encodings, each.layers):
+        layer.load_state_dict({**quantized_arrays(encoding, weight), "bias": bias})
+    compiled = each.compile(TensorType(DType.float32, list(x.shape), device=CPU()))
+    return dict(zip(encodings, (out.to_numpy() for out in compiled(Tensor.from_dlpack(x))))), x, weight, bias
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_max_kernel_reads_our_blocks(encoding, kernels_on_our_blocks):
+    # The layer on our bytes (q6_k: MAX's qmatmul; q4_0: model/kernels' op,
+    # MAX's own Q4_0 kernel for these 6 rows, on the blocks packed for it)
+    # equals x @ dequantize(W)^T, up to the 8-bit rounding of the
+    # activations; 40 output rows are padded to 64.
+    outputs, x, weight, bias = kernels_on_our_blocks
+    fmt = ENCODINGS[encoding]
+    got = outputs[encoding]
     want = x @ fmt.dequantize(fmt.quantize(weight)).T + bias
     assert got.shape == (2, 3, 40)
     assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import inspect
 import json
+import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from checker.skeleton import ROOT
 from serve.__main__ import build_parser, main, serve_command
 from weights.resolve import DEMO
 
@@ -110,6 +112,18 @@ def test_the_command_line_declares_what_gpt2_needs():
     assert flags["--weight-path"] == str(DEMO / "model.safetensors")
     on_gpu = dict(zip(*[iter(command("--model", "demo", "--device", "gpu")[3:])] * 2))
     assert (on_gpu["--devices"], on_gpu["--quantization-encoding"]) == ("gpu", "float32")  # float32 on a GPU too
+
+
+def test_the_launcher_imports_no_max_and_the_engine_finds_the_architecture():
+    # MAX's pipelines take ~5 s to import: the launcher (python -m serve) starts the engine without them.
+    code = ("import sys; from serve.__main__ import main; import serve.shipped; "
+            "print(sorted(m for m in sys.modules if m == 'max' or m.startswith('max.')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    import serve
+
+    [arch] = serve.ARCHITECTURES  # what --custom-architectures reads, made when asked
+    assert arch.name == "GPT2LMHeadModel"
 
 
 def test_the_checks_seam_is_where_max_s_entry_builds_its_app():
