@@ -43,11 +43,12 @@ set_default_executor(executor_without_background_compiles())
 # `pixi run test` runs the files on several workers (pytest-xdist, --dist loadfile: each
 # file whole on one worker, in the order collected): a cold run is mostly MAX compiling
 # graphs, and one compile keeps fewer than two cores busy (docs/contributing.md). A worker takes
-# the next file as it runs out. The files that compile the most go first, so that the longest of
-# them does not start last and run alone: the first two compile the suite's two units of graphs
-# (tests/suite_graphs.py), each on its own worker. The files that wait for the longer unit go
-# last, so that they find it done instead of waiting for it.
-SLOWEST_FIRST = ("test_fast_linear.py", "test_quantize.py", "test_app.py", "test_bench.py")
+# the next file as it runs out. The slowest files go first, so that none of them starts last and
+# runs alone: the first two compile the suite's two units of graphs (tests/suite_graphs.py), each
+# on its own worker; then the files that compile a graph alone or start servers. The files that
+# wait for the longer unit go last, so that they find it done instead of waiting for it.
+SLOWEST_FIRST = ("test_fast_linear.py", "test_quantize.py", "test_app.py", "test_serve.py", "test_bench.py",
+                 "test_serve_lifecycle.py", "test_portable.py")
 LAST = ("test_kv_cache.py", "test_model.py", "test_generate.py", "test_engine_threads.py", "test_saved_graphs.py",
         "test_attention_map.py")
 GIB_PER_WORKER = 2.5  # a graph's compile peaks below 2 GB

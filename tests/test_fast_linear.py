@@ -21,6 +21,9 @@ from model.quantize import (
     quantize_q8_0,
 )
 
+# Q4_0 blocks that MAX's own repacking op (in every_path's graph) packs for its kernel.
+REPACKED = quantize_q4_0(np.random.default_rng(3).standard_normal((64, 128)).astype(np.float32))
+
 
 def test_q8_0_is_ggml_s_rounding():
     # d = max|w| / 127 per block of 32 (float16), code = round(w / d).
@@ -112,25 +115,20 @@ def test_the_packed_q4_0_layout_is_max_s_for_every_band(band):
         pack_q4_0(blocks[:40], band)
 
 
-def test_the_q4_0_band_is_the_one_max_repacks_to_on_this_cpu():
+def test_the_q4_0_band_is_the_one_max_repacks_to_on_this_cpu(every_path):
     # MAX's own repack op (what F.qmatmul runs in the graph) on this machine
     # against pack_q4_0 in the band model/cpu.py names for it: the layout the
     # prompt path hands to MAX's Q4_0 kernel. An AVX2 machine checks its
-    # band of 16 here, an AVX-512 one its 32.
-    from max.driver import CPU
-    from max.dtype import DType
-    from max.engine import InferenceSession
-    from max.graph import DeviceRef, Graph, TensorType
-    from max.graph.ops.quantized import repack_gguf_quantized_weights
-    from max.graph.quantization import QuantizationEncoding
+    # band of 16 here, an AVX-512 one its 32. The op is in the graph of the
+    # layers' tests below (one compile).
+    from max.experimental.tensor import Tensor
 
     from model.cpu import q4_0_band
 
-    blocks = quantize_q4_0(np.random.default_rng(3).standard_normal((64, 128)).astype(np.float32))
-    with Graph("q4_0_repack", input_types=[TensorType(DType.uint8, list(blocks.shape), device=DeviceRef.CPU())]) as g:
-        g.output(repack_gguf_quantized_weights(g.inputs[0], QuantizationEncoding.Q4_0))
-    repacked = InferenceSession(devices=[CPU()]).load(g).execute(blocks)[0].to_numpy()
-    np.testing.assert_array_equal(repacked.reshape(blocks.shape), pack_q4_0(blocks, q4_0_band()))
+    _, (compiled, _, _, _, _) = every_path
+    small = [Tensor.from_dlpack(np.zeros(shape, np.float32)) for shape in ((1, 1, 48), (1, 1, 128), (1, 64))]
+    repacked = compiled(*small)[-1].to_numpy()
+    np.testing.assert_array_equal(repacked.reshape(REPACKED.shape), pack_q4_0(REPACKED, q4_0_band()))
 
 
 def kernel_paths() -> list:
@@ -147,7 +145,7 @@ def kernel_paths() -> list:
     return out
 
 
-def compiled_layers(*paths: str, prompt_out: int | None = None):
+def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarray | None = None):
     """One compiled graph holding, for each kernel path in ``paths`` (default
     "auto"), every kernel's layers: float32 48 -> 37 (a width that is not a
     multiple of the 16 lanes, a height not a multiple of the 8-row tile),
@@ -155,7 +153,9 @@ def compiled_layers(*paths: str, prompt_out: int | None = None):
     (one of them the band MAX's kernel reads here, which prompts hand to it;
     the other runs this project's band kernel for every row); rows are
     symbolic. With ``prompt_out``, also a Q8_0 64 -> ``prompt_out`` layer on
-    the CPU's own path over a third input [rows, 64].
+    the CPU's own path over a third input [rows, 64]; with ``repack`` (Q4_0
+    blocks, a weight of the graph), also MAX's own repacking of them, the last
+    output.
 
     Every path's layers share one weight set and one compile: a graph's
     compile costs about the same whether it holds one path's layers or all
@@ -168,7 +168,10 @@ def compiled_layers(*paths: str, prompt_out: int | None = None):
     from max.dtype import DType
     from max.experimental import functional as F
     from max.experimental import nn
+    from max.experimental.tensor import Tensor
     from max.graph import TensorType
+    from max.graph.ops.quantized import repack_gguf_quantized_weights
+    from max.graph.quantization import QuantizationEncoding
 
     from model.layers.few_rows import FewRowsLinear
     from model.layers.q4_0 import Q4_0Linear
@@ -205,15 +208,22 @@ def compiled_layers(*paths: str, prompt_out: int | None = None):
         def forward(self, a, b):
             return self.f32(a), self.q8(b), self.q4(b), self.q4b(b)
 
+    if repack is not None:
+        weights["blocks"] = repack
+
     class Layers(nn.Module):
         def __init__(self):
             super().__init__()
             self.paths = nn.ModuleList([Four(path) for path in paths])
             self.prompt = Q8_0Linear(64, prompt_out) if prompt_out is not None else None
+            if repack is not None:
+                self.blocks = Tensor.zeros(list(repack.shape), dtype=DType.uint8)
 
         def forward(self, a, b, *x):
             out = tuple(t for four in self.paths for t in four(a, b))
-            return out + ((self.prompt(x[0]),) if self.prompt is not None else ())
+            out += (self.prompt(x[0]),) if self.prompt is not None else ()
+            return out + ((F.functional(repack_gguf_quantized_weights)(self.blocks, QuantizationEncoding.Q4_0),)
+                          if repack is not None else ())
 
     with F.lazy():
         layers = Layers()
@@ -233,9 +243,9 @@ def runnable_paths() -> list[str]:
 
 @pytest.fixture(scope="module")
 def every_path():
-    """compiled_layers for every path this CPU can run, and the prompt layer: one compile."""
+    """compiled_layers for every path this CPU can run, the prompt layer and MAX's repacking: one compile."""
     paths = runnable_paths()
-    return paths, compiled_layers(*paths, prompt_out=matmul_constant("DEQUANT_BAND") + 77)
+    return paths, compiled_layers(*paths, prompt_out=matmul_constant("DEQUANT_BAND") + 77, repack=REPACKED)
 
 
 @pytest.fixture(params=kernel_paths())
@@ -319,11 +329,11 @@ def test_a_prompt_s_q8_0_product_over_several_bands_equals_numpy(every_path):
 
     from model import cpu
 
-    _, (compiled, _, _, _, (codes, scales, bias)) = every_path
+    paths, (compiled, _, _, _, (codes, scales, bias)) = every_path
     rows = max(Q8_0_DEQUANTIZE_ABOVE.values()) + 4
     x = np.random.default_rng(8).standard_normal((rows, 64)).astype(np.float32)
     small = Tensor.from_dlpack(np.zeros((1, 1, 48), np.float32)), Tensor.from_dlpack(np.zeros((1, 1, 128), np.float32))
-    got = compiled(*small, Tensor.from_dlpack(x))[-1].to_numpy()
+    got = compiled(*small, Tensor.from_dlpack(x))[4 * len(paths)].to_numpy()
     want = x @ dequantize_q8_0(codes, scales).T + bias
     bound = 1e-4 if q8_0_dequantized(cpu.native_path(), rows) else 0.01  # see the test above
     assert got.shape == want.shape and np.abs(got - want).max() <= bound * np.abs(want).max()
