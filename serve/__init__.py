@@ -13,5 +13,6 @@ def __getattr__(name: str):
     if name == "ARCHITECTURES":
         from serve.arch import gpt2_arch
 
-        return [gpt2_arch]
+        globals()["ARCHITECTURES"] = [gpt2_arch]  # asked for again: found without this function
+        return globals()["ARCHITECTURES"]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

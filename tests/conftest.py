@@ -42,11 +42,13 @@ set_default_executor(executor_without_background_compiles())
 
 # `pixi run test` runs the files on several workers (pytest-xdist, --dist loadfile: each
 # file whole on one worker, in the order collected): a cold run is mostly MAX compiling
-# graphs, and one compile keeps fewer than two cores busy (docs/contributing.md). A worker takes
-# the next file as it runs out. The slowest files go first, so that none of them starts last and
-# runs alone: the first two compile the suite's two units of graphs (tests/suite_graphs.py), each
-# on its own worker; then the files that compile a graph alone or start servers. The files that
-# wait for the longer unit go last, so that they find it done instead of waiting for it.
+# graphs, and one compile keeps fewer than two cores busy (docs/contributing.md). A worker is
+# handed the next file when it has two tests or fewer left, in this order (--no-loadscope-reorder
+# keeps it; without it pytest-xdist orders the files by their number of tests). The slowest files
+# go first, so that none of them starts last and runs alone: the first two compile the suite's two
+# units of graphs (tests/suite_graphs.py), each on its own worker; then the files that compile a
+# graph alone or start servers. The files that wait for the longer unit go last, so that they
+# find it done instead of waiting for it.
 SLOWEST_FIRST = ("test_fast_linear.py", "test_quantize.py", "test_app.py", "test_serve.py", "test_bench.py",
                  "test_serve_lifecycle.py", "test_portable.py")
 LAST = ("test_kv_cache.py", "test_model.py", "test_generate.py", "test_engine_threads.py", "test_saved_graphs.py",
@@ -156,6 +158,15 @@ def warn_unrecorded(rows: list[dict], program: str) -> None:
     if unrecorded:
         warnings.warn(f"compiled, not in model/compiled_targets.json: {', '.join(unrecorded)}; "
                       f"`python -m {program} --ci --record` spares later CI runs these compiles", stacklevel=2)
+
+
+@pytest.fixture
+def suite_graphs_of_this_test(request):
+    """The model graphs tests/suite_graphs.py lists for this test alone (``file::test``), compiled
+    with their group's before it runs."""
+    from suite_graphs import compile_for
+
+    compile_for(f"{request.path.name}::{request.function.__name__}", {item.path.name for item in request.session.items})
 
 
 @pytest.fixture(scope="module", autouse=True)

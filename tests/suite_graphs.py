@@ -22,6 +22,7 @@ compiles of a run by test.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import importlib
 import json
@@ -73,14 +74,17 @@ TRAINED = [Build("trained-bytes", (("dtype", dtype),)) for dtype in ("q4_0", "q4
 # test_saved_graphs.py's quantized graph is copied into its own project cache from the suite's
 # (``saved_in``). A learner's finished course (--impl steps: test_app.py, test_attention_map.py)
 # finds the solutions' saved graph of its build by tracing both (model/gpt2.py's solutions_graph).
-# test_app.py's learner with an edited step 07 runs its own graph: it joins the quantize unit, compiled
-# early beside the models unit (tests/conftest.py's SLOWEST_FIRST), so test_app's first test finds it done.
+# An entry ``file::test`` is one test's: that test waits for its unit (tests/conftest.py's
+# ``suite_graphs_of_this_test`` fixture), not the file's first. test_app.py's learner with an edited
+# step 07 runs its own graph: it joins the quantize unit, which starts beside the models unit at the
+# run's start (conftest.py's SLOWEST_FIRST), so on two workers the test finds it done.
 Q8_0_TRAINED = Build("trained-bytes", (("dtype", "q8_0"),))
 FLOAT32 = Build("tiny-2l-4h")
 GROUPS = {
     "quantize": {
         "test_quantize.py": [*TRAINED, demo("q8_0"), demo("q8_0", "other"), demo("q4_0"), demo("q4_0", "other")],
-        "test_app.py": [Build("tiny", (("impl", "steps"),), step_07_edit="forward-without-c_proj")],
+        "test_app.py::test_the_learner_s_step_07_is_the_attention_the_app_runs": [
+            Build("tiny", (("impl", "steps"),), step_07_edit="forward-without-c_proj")],
     },
     "models": {
         "test_fast_linear.py": [FLOAT32, Build("tiny-2l-4h", (("linear", "course"),)), Q8_0_TRAINED, demo("q8_0"),
@@ -103,20 +107,30 @@ def checkpoint_folder(name: str) -> Path:
 
         return resolve_model("demo")
     if name == "tiny":  # checkpoints.TINY, as test_model.py writes it
-        return write_checkpoint(Path(tempfile.mkdtemp(prefix="suite-graphs-")) / "tiny", TINY)
+        return write_checkpoint(scratch() / "tiny", TINY)
     return reference(name)[0]
+
+
+@cache
+def scratch() -> Path:
+    """This process's folder for the checkpoints and learner trees below, removed when it exits."""
+    folder = Path(tempfile.mkdtemp(prefix="suite-graphs-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 @cache
 def edited_steps(edit: str) -> Path:
     """The folder holding a finished learner's ``steps`` package with ``edit`` made, as the test makes it."""
-    return edited_learner_tree(Path(tempfile.mkdtemp(prefix="suite-graphs-")), STEP_07_EDITS[edit])[0]
+    return edited_learner_tree(scratch() / edit, STEP_07_EDITS[edit])[0]
 
 
 @contextmanager
 def learner_steps(folder: Path):
-    """``import steps`` reads ``folder``'s package, not the repository's, until the block ends (the
-    builds made in it keep the classes they were made from)."""
+    """``import steps`` reads ``folder``'s package, not the repository's, until the block ends. The
+    builds made in it keep the classes they were made from, and are traced after it (model/together.py):
+    right while the course's files import each other at their top only, as they do (an import inside
+    a function would read the repository's steps then)."""
     def ours() -> dict:
         return {name: module for name, module in sys.modules.items() if name == "steps" or name.startswith("steps.")}
 
@@ -169,25 +183,25 @@ def units(collected: set[str]) -> dict[str, list[Build]]:
     compiling side by side never both compile one graph)."""
     out, taken = {}, set()
     for name, group in GROUPS.items():
-        builds = [build for loader, listed in group.items() if loader in collected for build in listed
+        builds = [build for loader, listed in group.items() if loader.split("::")[0] in collected for build in listed
                   if build.kernel_path != "other" or other_path() is not None]
         out[name] = [build for build in dict.fromkeys(builds) if build not in taken]
         taken |= set(out[name])
     return out
 
 
-def compile_for(file: str, collected: set[str]) -> None:
-    """Compile, as one unit each, the units holding the graphs ``file`` loads
-    (its own group's first) that are not saved yet; wait while another worker
-    does."""
+def compile_for(loader: str, collected: set[str]) -> None:
+    """Compile, as one unit each, the units holding the graphs ``loader`` (a
+    file, or ``file::test``) loads, its own group's first, that are not saved
+    yet; wait while another worker does. One unit's lock at a time."""
     from model import saved_graphs
 
-    if not caches.enabled():
+    loads = {build for group in GROUPS.values() for build in group.get(loader, [])}
+    if not loads or not caches.enabled():
         return
-    loads = {build for group in GROUPS.values() for build in group.get(file, [])}
     every = units(collected)
     holding = [name for name in GROUPS if loads & set(every[name])]
-    for name in sorted(holding, key=lambda name: file not in GROUPS[name]):  # its own group's unit first
+    for name in sorted(holding, key=lambda name: loader not in GROUPS[name]):  # its own group's unit first
         folder = caches.folder("graphs")
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"suite-{name}.lock", "w") as lock:

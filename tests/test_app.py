@@ -196,7 +196,7 @@ def test_impl_steps_runs_a_finished_course(tmp_path, folder):
         assert "compiling" not in mine.stderr
 
 
-def test_the_learner_s_step_07_is_the_attention_the_app_runs(tmp_path, folder):
+def test_the_learner_s_step_07_is_the_attention_the_app_runs(tmp_path, folder, suite_graphs_of_this_test):
     # One edit compiled and run (minutes cold: the suite compiles it with others, tests/suite_graphs.py);
     # the tests below trace every edit (seconds).
     cwd, env = edited_learner_tree(tmp_path, STEP_07_EDITS["forward-without-c_proj"])
@@ -213,14 +213,18 @@ def test_an_edited_step_07_is_not_given_the_solutions_graph(tmp_path, folder, gp
     if not caches.enabled():
         pytest.skip("no saved graphs: nothing to be given")
     cwd, env = edited_learner_tree(tmp_path, STEP_07_EDITS["_attn-scaled"])
-    code = ("from model.gpt2 import opened, solutions_graph\n"
+    code = ("from dataclasses import replace\n"
+            "from model import saved_graphs\n"
+            "from model.gpt2 import opened, solutions_graph\n"
             "from model.options import BuildOptions\n"
             "options = BuildOptions(impl='steps', device='cpu')\n"
             f"checkpoint, config, _ = opened({str(folder)!r}, options)\n"
+            "solutions = replace(options, impl='solutions')\n"
+            f"print(saved_graphs.is_saved(saved_graphs.graph_name(solutions, opened({str(folder)!r}, solutions)[2])))\n"
             "print(solutions_graph(checkpoint, config, options, 'not-linked'))")
     done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "None" and "solutions' graph exactly" not in done.stderr
+    assert done.stdout.split() == ["True", "None"] and "solutions' graph exactly" not in done.stderr
 
 
 def test_each_step_07_edit_changes_the_graph_the_app_builds(tmp_path, folder):

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import inspect
 import json
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from conftest import run_python
 
-from checker.skeleton import ROOT
 from serve.__main__ import build_parser, main, serve_command
 from weights.resolve import DEMO
 
@@ -116,9 +115,9 @@ def test_the_command_line_declares_what_gpt2_needs():
 
 def test_the_launcher_imports_no_max_and_the_engine_finds_the_architecture():
     # MAX's pipelines take ~5 s to import: the launcher (python -m serve) starts the engine without them.
-    code = ("import sys; from serve.__main__ import main; import serve.shipped; "
+    code = ("import sys; from serve.__main__ import main; from serve.shipped import start_note; start_note('cpu'); "
             "print(sorted(m for m in sys.modules if m == 'max' or m.startswith('max.')))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = run_python("-c", code, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
     import serve
 

@@ -111,8 +111,9 @@ def prepare() -> str:
 
 def start_note(device: str) -> str:
     """What ``python -m serve`` says of the start's compile, on ``device``."""
-    usable = [facts for model in MODELS if (facts := shipped_facts(model)) is not None and not unusable(facts)]
-    if device == "cpu" and usable:
+    usable = device == "cpu" and [facts for model in MODELS
+                                  if (facts := shipped_facts(model)) is not None and not unusable(facts)]
+    if usable:
         return (f"the graphs shipped for {TARGET.level} serve {' and '.join(facts['model'] for facts in usable)} "
                 "as built by default, nothing compiled; another build's first start compiles, minutes on a small CPU")
     return "the first start compiles the graph: minutes on a small CPU; later starts reuse it"

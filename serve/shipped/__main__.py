@@ -59,7 +59,7 @@ def make(model: str, out: Path) -> int:
         kernels = portable.kernels_digest()
         # The same graphs compile to other bytes each time: files already there for the same graphs are kept,
         # so that git's history does not grow by them at each make.
-        same = (before is not None and before.get("max") == portable.max_version() and before.get("kernels") == kernels
+        same = (before is not None and before.get("max") == version and before.get("kernels") == kernels
                 and before.get("bodies") == entries and all((out / f).is_file() for f in before["files"].values()))
         if not same:
             shutil.rmtree(out, ignore_errors=True)
@@ -68,12 +68,12 @@ def make(model: str, out: Path) -> int:
                 with open(export / key, "rb") as raw, lzma.open(out / f"{key}.xz", "wb", preset=9) as packed:
                     shutil.copyfileobj(raw, packed)
             shutil.copy(export / MANIFEST, out / MANIFEST)
-        facts = {"model": model, "max": portable.max_version(), "level": TARGET.level, "target": TARGET.descriptor,
+        facts = {"model": model, "max": version, "level": TARGET.level, "target": TARGET.descriptor,
                  "kernels": kernels, "bodies": entries, "files": {key: f"{key}.xz" for key in entries},
                  "mef_bytes": before["mef_bytes"] if same else {key: (export / key).stat().st_size for key in entries},
                  "made_by": "python -m serve.shipped make"}
         (out / FACTS).write_text(json.dumps(facts, indent=1) + "\n")
-    write_notice(SHIPPED.parent, portable.max_version())
+    write_notice(SHIPPED.parent, version)
     packed = sum((out / f).stat().st_size for f in facts["files"].values())
     print(f"{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}: {len(entries)} graphs, "
           f"{sum(facts['mef_bytes'].values()) / 1e6:.2f} MB compiled for {TARGET.level}, {packed / 1e6:.2f} MB "
