@@ -166,7 +166,7 @@ def suite_graphs_of_this_test(request):
     with their group's before it runs."""
     from suite_graphs import compile_for
 
-    compile_for(f"{request.path.name}::{request.function.__name__}", {item.path.name for item in request.session.items})
+    compile_for(f"{request.path.name}::{request.function.__name__}", collected_files(request))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -175,4 +175,9 @@ def suite_graphs(request):
     (tests/suite_graphs.py): one compile for several graphs."""
     from suite_graphs import compile_for
 
-    compile_for(request.path.name, {item.path.name for item in request.session.items})
+    compile_for(request.path.name, collected_files(request))
+
+
+def collected_files(request) -> set[str]:
+    """The names of the test files this run collected (a unit compiles only what they load)."""
+    return {item.path.name for item in request.session.items}

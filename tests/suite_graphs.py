@@ -201,9 +201,9 @@ def compile_for(loader: str, collected: set[str]) -> None:
         return
     every = units(collected)
     holding = [name for name in GROUPS if loads & set(every[name])]
+    folder = caches.folder("graphs")
+    folder.mkdir(parents=True, exist_ok=True)
     for name in sorted(holding, key=lambda name: loader not in GROUPS[name]):  # its own group's unit first
-        folder = caches.folder("graphs")
-        folder.mkdir(parents=True, exist_ok=True)
         with open(folder / f"suite-{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             missing = [build for build in every[name] if not saved_graphs.is_saved(graph_name(build))]
