@@ -9,10 +9,15 @@ continuation (tests/reference/demo, made by make_demo.py) and the app's own.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -76,12 +81,16 @@ class Server:
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve")
     steps = folder / "steps.jsonl"  # its steps timed too (serve/step_times.py): test_each_step_is_timed_when_asked
-    srv = Server(folder / "server.log", env={**os.environ, step_times.VARIABLE: str(steps)})
-    srv.steps = steps
+    # Its own temporary folder, which must be empty once it stops (the SIGTERM test); short: MAX binds
+    # its sockets in /tmp when the folder's path would make theirs too long for an address (108 bytes).
+    scratch = Path(tempfile.mkdtemp(prefix="serve-", dir="/tmp"))
+    srv = Server(folder / "server.log", env={**os.environ, step_times.VARIABLE: str(steps), "TMPDIR": str(scratch)})
+    srv.steps, srv.scratch = steps, scratch
     seconds = srv.wait_ready()
     print(f"\nserver ready in {seconds:.0f} s")
     yield srv
     srv.stop()
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -666,6 +675,72 @@ def tree_threads(root: int) -> list[tuple[int, int, str, int]]:
     return found
 
 
+STREAMS = 8  # the server's --max-batch-size: all decode together
+STREAM_TOKENS = 192  # long enough that the drain outlasts the first refused connection
+GONE_WITHIN = 30.0  # seconds from SIGTERM until no process of the server is left
+
+
+def group_empty(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return not any(alive(pid) for pid in pids_of_group(pgid))
+    except ProcessLookupError:
+        return True
+
+
+def group_of(pid: int) -> int | None:
+    """``pid``'s process group, or None once it has ended (listing and asking race)."""
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def pids_of_group(pgid: int) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                found.append(int(pid))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def stream(port: int, prompt: str, max_tokens: int, first: threading.Event) -> dict:
+    """One streamed completion, read to its end: the chunks with a choice, the
+    usage chunk's completion_tokens, the last finish_reason, whether [DONE] came."""
+    out = {"status": None, "chunks": 0, "tokens": None, "finish": None, "done": False, "error": None}
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        connection.request("POST", "/v1/completions", json.dumps({
+            "model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}), {"content-type": "application/json"})
+        response = connection.getresponse()
+        out["status"] = response.status
+        for line in response:
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                out["done"] = True
+                break
+            chunk = json.loads(data)
+            if chunk.get("usage"):
+                out["tokens"] = chunk["usage"]["completion_tokens"]
+            for choice in chunk.get("choices", []):
+                out["chunks"] += 1
+                out["finish"] = choice.get("finish_reason") or out["finish"]
+            first.set()
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        out["error"] = repr(exc)
+    finally:
+        first.set()
+        connection.close()
+        out["ended"] = time.monotonic()
+    return out
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities through /proc")
 def test_the_model_worker_lowers_max_s_background_threads_only(server, client):
     # As the app does (model/engine_threads.py, tests/test_engine_threads.py):
@@ -682,34 +757,99 @@ def test_the_model_worker_lowers_max_s_background_threads_only(server, client):
     assert all(nice == 0 for pid, tid, _, nice in threads if pid == tid), threads
 
 
-def test_sigterm_stops_it_cleanly(server):
-    """Last of the demo server's tests: SIGTERM ends every process of the
-    server, max serve's own session and its workers included (they are not in
-    the launcher's group: the whole tree is taken before the signal)."""
-    tree = process_tree(server.process.pid)
-    assert len(tree) > 2, "the launcher, max serve and its workers"
-    start = time.monotonic()
-    code = server.stop()
-    assert code is not None and time.monotonic() - start < 60
+def test_sigterm_under_load_drains_the_requests_in_flight(server):
+    """Last of the demo server's tests. 8 streams of 192 tokens decoding
+    together; SIGTERM to the launcher once each has its first chunk. Each
+    must end with its 192 tokens, finish_reason "length" and [DONE]; a
+    connection tried while they drain is refused (the listening socket is
+    closed first); the launcher exits with `max serve`'s SIGTERM status, not
+    a crash's; and within GONE_WITHIN seconds no process of the tree
+    (launcher, max serve, which starts a session of its own, model worker,
+    metrics worker, resource tracker) is left, nor any in max serve's process
+    group: the whole tree is taken before the signal. Before
+    serve/__main__.py sent SIGTERM to max serve alone, the signal also
+    reached the model worker, which died at once: every stream stopped after
+    its first chunk or two, without [DONE], and the launcher exited 1.
+    Nothing is left in the server's temporary folder either: MAX's processes
+    bind their ZMQ sockets there as files and left five behind at each stop."""
+    scratch = server.scratch
+    try:
+        firsts = [threading.Event() for _ in range(STREAMS)]
+        with ThreadPoolExecutor(STREAMS) as pool:
+            futures = [pool.submit(stream, server.port, f"And it came to pass {i}", STREAM_TOKENS, firsts[i])
+                       for i in range(STREAMS)]
+            for event in firsts:
+                assert event.wait(120), "a stream got no first chunk"
+            tree = process_tree(server.process.pid)
+            assert len(tree) > 2, "the launcher, max serve and its workers"
+            groups = {group_of(pid) for pid in tree if alive(pid)} - {server.process.pid, None}
+            start = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+
+            probes: list[tuple[float, str, int]] = []  # (seconds after SIGTERM, outcome, streams still open)
+            while time.monotonic() - start < GONE_WITHIN:
+                open_streams = sum(not f.done() for f in futures)
+                try:
+                    socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+                    outcome = "connected"
+                except ConnectionRefusedError:
+                    outcome = "refused"
+                except OSError as exc:
+                    outcome = type(exc).__name__
+                probes.append((time.monotonic() - start, outcome, open_streams))
+                if outcome == "refused" and not open_streams:
+                    break
+                time.sleep(0.05)
+            results = [f.result() for f in futures]
+        try:
+            code = server.process.wait(max(1.0, GONE_WITHIN - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            code = None
+        while time.monotonic() - start < GONE_WITHIN and (
+                any(alive(pid) for pid in tree) or not all(group_empty(g) for g in groups)):
+            time.sleep(0.1)
+        gone = time.monotonic() - start
+        left = [pid for pid in tree if alive(pid)] + [p for g in groups for p in pids_of_group(g) if alive(p)]
+        log = server.log.read_text(errors="replace")
+        leftovers = sorted(scratch.rglob("*"))
+    finally:
+        server.stop()
+
+    ends = [r["ended"] - start for r in results]
+    refused = [t for t, outcome, open_streams in probes if outcome == "refused"]
+    draining = [t for t, outcome, open_streams in probes if outcome == "refused" and open_streams]
+    tokens = [r["tokens"] for r in results]
+    first_refused = f"{refused[0]:.2f} s" if refused else None
+    print(f"\nSIGTERM with {STREAMS} streams of {STREAM_TOKENS} tokens in flight: the last ended {max(ends):.2f} s "
+          f"after it, tokens {tokens}, [DONE] {sum(r['done'] for r in results)}/{STREAMS}; first refused connection "
+          f"at {first_refused}; launcher exit {code}; {len(tree)} processes gone after {gone:.2f} s")
+    short = [r for r in results if not (r["status"] == 200 and r["done"] and r["tokens"] == STREAM_TOKENS
+                                        and r["finish"] == "length" and r["error"] is None)]
+    assert not short, f"{len(short)} of {STREAMS} streams cut short by SIGTERM: {short[:3]}"
+    assert "Worker crashed" not in log
+    assert draining, f"no connection refused while the streams drained: {probes[:10]}"
+    assert code == 128 + signal.SIGTERM, f"launcher exit {code} (max serve ends a SIGTERM with 143)"
+    assert not left, f"left {gone:.0f} s after SIGTERM: {left}"
     assert not server.alive_in_group(), "a server process outlived SIGTERM"
-    deadline = time.monotonic() + 30
-    while (left := [pid for pid in tree if alive(pid)]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not left, f"processes of the server outlived SIGTERM: {left}"
+    assert not leftovers, f"left in the temporary folder: {leftovers}"
 
 
 # `--impl steps`: the server built from a learner's finished steps/ (a folder
 # outside the repository, first in the current directory as a learner's
-# would be), started after the demo server above has stopped.
+# would be), started after the demo server above has stopped. It is also the
+# suite's `--echo` server: the finished steps trace the solutions' graph
+# (test_the_learner_s_step_07_forward_changes_the_graph_the_server_builds),
+# so one start serves both (one start fewer for CI).
 
 
 @pytest.fixture(scope="module")
 def steps_server(tmp_path_factory):
     cwd, env = learner_tree(tmp_path_factory.mktemp("learner"), finished=True)
-    srv = Server(tmp_path_factory.mktemp("serve-steps") / "server.log", "cpu", "--impl", "steps", cwd=cwd, env=env)
+    srv = Server(tmp_path_factory.mktemp("serve-steps") / "server.log", "cpu", "--impl", "steps", "--echo",
+                 cwd=cwd, env=env)
     srv.learner = cwd / "steps"
     seconds = srv.wait_ready()
-    print(f"\nserver (--impl steps) ready in {seconds:.0f} s")
+    print(f"\nserver (--impl steps --echo) ready in {seconds:.0f} s")
     yield srv
     srv.stop()
 
@@ -754,12 +894,9 @@ def test_the_learner_s_step_07_forward_changes_the_graph_the_server_builds(tmp_p
 
 
 @pytest.fixture(scope="module")
-def echo_server(tmp_path_factory):
-    srv = Server(tmp_path_factory.mktemp("serve-echo") / "server.log", "cpu", "--echo")
-    seconds = srv.wait_ready()
-    print(f"\nserver (--echo) ready in {seconds:.0f} s")
-    yield srv
-    srv.stop()
+def echo_server(steps_server):
+    """`python -m serve --echo`: the finished steps' server above."""
+    return steps_server
 
 
 def test_echo_gives_the_prompt_and_its_log_probabilities_as_hugging_face(echo_server, reference, tokenizer):
