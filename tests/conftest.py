@@ -50,7 +50,7 @@ set_default_executor(executor_without_background_compiles())
 # graph alone or start servers. The files that wait for the longer unit go last, so that they
 # find it done instead of waiting for it.
 SLOWEST_FIRST = ("test_fast_linear.py", "test_quantize.py", "test_app.py", "test_serve.py", "test_bench.py",
-                 "test_serve_lifecycle.py", "test_portable.py")
+                 "test_portable.py")
 LAST = ("test_kv_cache.py", "test_model.py", "test_generate.py", "test_engine_threads.py", "test_saved_graphs.py",
         "test_attention_map.py")
 GIB_PER_WORKER = 2.5  # a graph's compile peaks below 2 GB

@@ -13,6 +13,8 @@ from checkpoints import demo_reference, greedy, reference
 from model.layers.few_rows import FEW_ROWS
 from model.quantize import (
     BLOCK,
+    ENCODINGS,
+    SUPER,
     dequantize_q4_0,
     dequantize_q8_0,
     interleave_q8_0,
@@ -23,6 +25,9 @@ from model.quantize import (
 
 # Q4_0 blocks that MAX's own repacking op (in every_path's graph) packs for its kernel.
 REPACKED = quantize_q4_0(np.random.default_rng(3).standard_normal((64, 128)).astype(np.float32))
+# Each quantized encoding's layer in every_path's graph: its input [2, 3, 256], weight [40, 256] and bias.
+_rng = np.random.default_rng(3)
+ON_OUR_BLOCKS = tuple(_rng.standard_normal(shape).astype(np.float32) for shape in ((2, 3, SUPER), (40, SUPER), (40,)))
 
 
 def test_q8_0_is_ggml_s_rounding():
@@ -131,6 +136,26 @@ def test_the_q4_0_band_is_the_one_max_repacks_to_on_this_cpu(every_path):
     np.testing.assert_array_equal(repacked.reshape(REPACKED.shape), pack_q4_0(REPACKED, q4_0_band()))
 
 
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_max_kernel_reads_our_blocks(encoding, every_path):
+    # The layer on our bytes (q6_k: MAX's qmatmul; q4_0: model/kernels' op,
+    # MAX's own Q4_0 kernel for these 6 rows, on the blocks packed for it)
+    # equals x @ dequantize(W)^T, up to the 8-bit rounding of the
+    # activations; 40 output rows are padded to 64. The layers are in the
+    # graph of the layers' tests below (one compile).
+    from max.experimental.tensor import Tensor
+
+    paths, (compiled, _, _, _, _) = every_path
+    small = [Tensor.from_dlpack(np.zeros(shape, np.float32)) for shape in ((1, 1, 48), (1, 1, 128), (1, 64))]
+    first = 4 * len(paths) + 1  # after every path's four layers and the prompt layer
+    got = compiled(*small)[first + sorted(ENCODINGS).index(encoding)].to_numpy()
+    x, weight, bias = ON_OUR_BLOCKS
+    fmt = ENCODINGS[encoding]
+    want = x @ fmt.dequantize(fmt.quantize(weight)).T + bias
+    assert got.shape == (2, 3, 40)
+    assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()
+
+
 def kernel_paths() -> list:
     """"auto" (the CPU's own path) and every forced path but the one auto
     picks (the same code): each runs where this CPU can execute it, so an
@@ -145,7 +170,8 @@ def kernel_paths() -> list:
     return out
 
 
-def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarray | None = None):
+def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarray | None = None,
+                    on_our_blocks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
     """One compiled graph holding, for each kernel path in ``paths`` (default
     "auto"), every kernel's layers: float32 48 -> 37 (a width that is not a
     multiple of the 16 lanes, a height not a multiple of the 8-row tile),
@@ -153,9 +179,12 @@ def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarr
     (one of them the band MAX's kernel reads here, which prompts hand to it;
     the other runs this project's band kernel for every row); rows are
     symbolic. With ``prompt_out``, also a Q8_0 64 -> ``prompt_out`` layer on
-    the CPU's own path over a third input [rows, 64]; with ``repack`` (Q4_0
-    blocks, a weight of the graph), also MAX's own repacking of them, the last
-    output.
+    the CPU's own path over a third input [rows, 64]; with ``on_our_blocks``
+    (an input, a weight and a bias, all weights of the graph), also each
+    quantized encoding's layer (what the course's blocks get as ``linear``)
+    on that weight's blocks as model/quantize.py writes them, in ENCODINGS'
+    sorted order; with ``repack`` (Q4_0 blocks, a weight of the graph), also
+    MAX's own repacking of them, the last output.
 
     Every path's layers share one weight set and one compile: a graph's
     compile costs about the same whether it holds one path's layers or all
@@ -173,9 +202,11 @@ def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarr
     from max.graph.ops.quantized import repack_gguf_quantized_weights
     from max.graph.quantization import QuantizationEncoding
 
+    from model.layers import quantized_linear
     from model.layers.few_rows import FewRowsLinear
     from model.layers.q4_0 import Q4_0Linear
     from model.layers.q8_0 import Q8_0Linear
+    from model.quantize import quantized_arrays
 
     paths = paths or ("auto",)
     rng = np.random.default_rng(1)
@@ -210,18 +241,30 @@ def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarr
 
     if repack is not None:
         weights["blocks"] = repack
+    encodings = sorted(ENCODINGS) if on_our_blocks is not None else []
+    if on_our_blocks is not None:
+        encoded_x, encoded_weight, encoded_bias = on_our_blocks
+        weights["encoded_x"] = encoded_x
+        for k, encoding in enumerate(encodings):
+            weights |= {f"encoded.{k}.{name}": array
+                        for name, array in {**quantized_arrays(encoding, encoded_weight), "bias": encoded_bias}.items()}
 
     class Layers(nn.Module):
         def __init__(self):
             super().__init__()
             self.paths = nn.ModuleList([Four(path) for path in paths])
             self.prompt = Q8_0Linear(64, prompt_out) if prompt_out is not None else None
+            if on_our_blocks is not None:
+                self.encoded_x = Tensor.zeros(list(encoded_x.shape), dtype=DType.float32)
+                self.encoded = nn.ModuleList([quantized_linear(encoding)(*encoded_weight.shape[::-1])
+                                              for encoding in encodings])
             if repack is not None:
                 self.blocks = Tensor.zeros(list(repack.shape), dtype=DType.uint8)
 
         def forward(self, a, b, *x):
             out = tuple(t for four in self.paths for t in four(a, b))
             out += (self.prompt(x[0]),) if self.prompt is not None else ()
+            out += tuple(layer(self.encoded_x) for layer in self.encoded) if encodings else ()
             return out + ((F.functional(repack_gguf_quantized_weights)(self.blocks, QuantizationEncoding.Q4_0),)
                           if repack is not None else ())
 
@@ -243,9 +286,11 @@ def runnable_paths() -> list[str]:
 
 @pytest.fixture(scope="module")
 def every_path():
-    """compiled_layers for every path this CPU can run, the prompt layer and MAX's repacking: one compile."""
+    """compiled_layers for every path this CPU can run, the prompt layer, each quantized encoding's
+    layer and MAX's repacking: one compile."""
     paths = runnable_paths()
-    return paths, compiled_layers(*paths, prompt_out=matmul_constant("DEQUANT_BAND") + 77, repack=REPACKED)
+    return paths, compiled_layers(*paths, prompt_out=matmul_constant("DEQUANT_BAND") + 77, repack=REPACKED,
+                                  on_our_blocks=ON_OUR_BLOCKS)
 
 
 @pytest.fixture(params=kernel_paths())

@@ -99,57 +99,8 @@ def test_q6_k_is_more_precise_than_q4_0():
     assert err["q6_k"] < err["q4_0"] / 3
 
 
-@pytest.fixture(scope="module")
-def kernels_on_our_blocks():
-    """Each encoding's layer (what the course's blocks get as ``linear``) on
-    our bytes, loaded as quantize_state fills it, run on one input in one
-    compiled graph (one compile for both, ~41 s on 2 cores: each layer's
-    eager compile alone was 50-57 s):
-    {encoding: output}, the input, the weight and the bias."""
-    from max.driver import CPU
-    from max.dtype import DType
-    from max.experimental import functional as F
-    from max.experimental import nn
-    from max.experimental.tensor import Tensor
-    from max.graph import TensorType
-
-    from model.layers import quantized_linear
-    from model.quantize import quantized_arrays
-
-    encodings = sorted(ENCODINGS)
-    rng = np.random.default_rng(3)
-    weight = rng.standard_normal((40, SUPER)).astype(np.float32)
-    bias = rng.standard_normal(40).astype(np.float32)
-    x = rng.standard_normal((2, 3, SUPER)).astype(np.float32)
-
-    class Each(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = nn.ModuleList([quantized_linear(encoding)(SUPER, 40) for encoding in encodings])
-
-        def forward(self, x):
-            return tuple(layer(x) for layer in self.layers)
-
-    with F.lazy():
-        each = Each()
-    for encoding, layer in zip(encodings, each.layers):
-        layer.load_state_dict({**quantized_arrays(encoding, weight), "bias": bias})
-    compiled = each.compile(TensorType(DType.float32, list(x.shape), device=CPU()))
-    return dict(zip(encodings, (out.to_numpy() for out in compiled(Tensor.from_dlpack(x))))), x, weight, bias
-
-
-@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
-def test_max_kernel_reads_our_blocks(encoding, kernels_on_our_blocks):
-    # The layer on our bytes (q6_k: MAX's qmatmul; q4_0: model/kernels' op,
-    # MAX's own Q4_0 kernel for these 6 rows, on the blocks packed for it)
-    # equals x @ dequantize(W)^T, up to the 8-bit rounding of the
-    # activations; 40 output rows are padded to 64.
-    outputs, x, weight, bias = kernels_on_our_blocks
-    fmt = ENCODINGS[encoding]
-    got = outputs[encoding]
-    want = x @ fmt.dequantize(fmt.quantize(weight)).T + bias
-    assert got.shape == (2, 3, 40)
-    assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()
+# MAX's kernels on our blocks (each encoding's layer, what the course's blocks get as ``linear``): in
+# test_fast_linear.py, whose one compiled graph of layers holds them.
 
 
 # Measured on trained-bytes by `python -m bench.accuracy`:
