@@ -80,8 +80,9 @@ def test_other_tasks_run_through_tasks_py():
     assert generate.returncode == 0 and "--max-new-tokens" in generate.stdout
     amap = tasks_py("attention-map", "--help")
     assert amap.returncode == 0 and "--head" in amap.stdout
-    every = tasks_py("test-all", "--solution", "--no-color")
-    assert every.returncode == 0 and "Progress:" in every.stdout
+    # (the checks themselves, all of them in one run: test_eager_kernels.py's first checks on empty caches)
+    every = tasks_py("test-all", "--help")
+    assert every.returncode == 0 and "'all'" in every.stdout and "--solution" in every.stdout
 
 
 def test_messages_name_commands_the_way_the_learner_runs_tasks(monkeypatch):
