@@ -53,11 +53,6 @@ SLOWEST_FIRST = ("test_fast_linear.py", "test_quantize.py", "test_app.py", "test
                  "test_portable.py")
 LAST = ("test_kv_cache.py", "test_model.py", "test_generate.py", "test_engine_threads.py", "test_saved_graphs.py",
         "test_attention_map.py")
-# Where the groups compile as one unit (two cores or fewer: suite_graphs.one_unit), the first file
-# compiles it while the other worker takes the files that wait for no unit, test_app.py's last of
-# them (one of its tests waits); the quantization tests wait with the rest.
-SLOWEST_FIRST_ONE_UNIT = ("test_fast_linear.py", "test_serve.py", "test_bench.py", "test_portable.py", "test_app.py")
-LAST_ONE_UNIT = ("test_quantize.py", *LAST)
 GIB_PER_WORKER = 2.5  # a graph's compile peaks below 2 GB
 
 
@@ -70,11 +65,8 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    from suite_graphs import one_unit
-
-    first, last = (SLOWEST_FIRST_ONE_UNIT, LAST_ONE_UNIT) if one_unit() else (SLOWEST_FIRST, LAST)
-    rank = {name: i for i, name in enumerate(first)} | {name: 1000 + i for i, name in enumerate(last)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(first)))  # stable: each file's own order kept
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)} | {name: 1000 + i for i, name in enumerate(LAST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FIRST)))  # stable: each file's own order kept
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: none where it is not installed

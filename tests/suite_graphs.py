@@ -26,7 +26,6 @@ import atexit
 import fcntl
 import importlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -178,24 +177,17 @@ def graph_name(build: Build) -> str:
         return saved_graphs.graph_name(options, graph_config)
 
 
-def one_unit() -> bool:
-    """Whether the groups compile as one unit: on two cores or fewer. A compile's cost is mostly
-    paid once per compile (a tiny model's graph ~230 s alone, two graphs ~210-230 s together), and
-    two units side by side only share the two cores; on more cores they compile at once."""
-    return len(os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)) <= 2
-
-
 def units(collected: set[str]) -> dict[str, list[Build]]:
-    """Each group's unit in a run of the ``collected`` files (or, where ``one_unit()``, one unit
-    of them all): the builds its files there load, each build in the first group that lists it
-    (two units compiling side by side never both compile one graph)."""
+    """Each group's unit in a run of the ``collected`` files: the builds its
+    files there load, each build in the first group that lists it (two units
+    compiling side by side never both compile one graph)."""
     out, taken = {}, set()
     for name, group in GROUPS.items():
         builds = [build for loader, listed in group.items() if loader.split("::")[0] in collected for build in listed
                   if build.kernel_path != "other" or other_path() is not None]
         out[name] = [build for build in dict.fromkeys(builds) if build not in taken]
         taken |= set(out[name])
-    return {"suite": [build for unit in out.values() for build in unit]} if one_unit() else out
+    return out
 
 
 def compile_for(loader: str, collected: set[str]) -> None:
@@ -208,10 +200,10 @@ def compile_for(loader: str, collected: set[str]) -> None:
     if not loads or not caches.enabled():
         return
     every = units(collected)
-    holding = [name for name in every if loads & set(every[name])]
+    holding = [name for name in GROUPS if loads & set(every[name])]
     folder = caches.folder("graphs")
     folder.mkdir(parents=True, exist_ok=True)
-    for name in sorted(holding, key=lambda name: loader not in GROUPS.get(name, {})):  # its own group's unit first
+    for name in sorted(holding, key=lambda name: loader not in GROUPS[name]):  # its own group's unit first
         with open(folder / f"suite-{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             missing = [build for build in every[name] if not saved_graphs.is_saved(graph_name(build))]
