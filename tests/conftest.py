@@ -57,11 +57,17 @@ GIB_PER_WORKER = 2.5  # a graph's compile peaks below 2 GB
 
 
 def pytest_configure(config):
-    """MAX's Mojo module built first by the process that is about to start pytest-xdist's workers:
-    side by side on a fresh install they read it half written (model/max_internals.py's
-    build_kv_cache_ops). A run in one process imports it alone and builds nothing here."""
-    if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+    """Before pytest-xdist starts its workers: MAX's Mojo module built first by this process (side
+    by side on a fresh install they read it half written: model/max_internals.py's
+    build_kv_cache_ops; a run in one process imports it alone and builds nothing here), and numpy's
+    BLAS given the workers' share of the cores (each worker would start a thread per core, the
+    workers together twice as many as the cores on two, where OpenBLAS's threads spin waiting for
+    each other: a run's own setting is kept)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if workers and "PYTEST_XDIST_WORKER" not in os.environ:
         build_kv_cache_ops()
+        if isinstance(workers, int):
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
 
 
 def pytest_collection_modifyitems(session, config, items):
