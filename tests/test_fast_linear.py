@@ -190,7 +190,8 @@ def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarr
     compile costs about the same whether it holds one path's layers or all
     of them (docs/journal.md), and each compile is 1.5-3 min on 2 cores.
     Returns the compiled graph (four outputs per path, in order, then the
-    prompt layer's), its arrays, the dense Q8_0 and Q4_0 weights, and the
+    prompt layer's, each encoding's and the repacked blocks, those asked
+    for), its arrays, the dense Q8_0 and Q4_0 weights, and the
     prompt layer's codes and scales. (tests/avx2_under_qemu.py builds the
     same graph under an emulated CPU.)"""
     from max.driver import CPU

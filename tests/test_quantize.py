@@ -1,5 +1,5 @@
 """Quantized weights (Q4_0 and Q6_K, model/quantize.py): the block formats,
-MAX's kernels on them, and the quantized model against Hugging Face on a
+MAX's kernels on them (in test_fast_linear.py's graph of layers), and the quantized model against Hugging Face on a
 trained checkpoint (tests/reference/make_trained.py)."""
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ def test_every_step_has_a_task_and_the_suite_too():
         assert TASKS[step.task]["cmd"] == f"python -m checker {step.number}"
     for name in ("test", "test-all", "warm", "skeletons", "generate", "bench"):
         assert name in TASKS
+    assert TASKS["test-all"]["cmd"] == "python -m checker all"  # (test_other_tasks_run_through_tasks_py: its --help)
     assert all(spec.get("description") for spec in TASKS.values())
 
 
