@@ -67,8 +67,7 @@ def pytest_configure(config):
     if workers and "PYTEST_XDIST_WORKER" not in os.environ:
         build_kv_cache_ops()
         if isinstance(workers, int):
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-            os.environ.setdefault("OPENBLAS_NUM_THREADS", str(max(1, cores // workers)))
+            os.environ.setdefault("OPENBLAS_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
 
 
 def pytest_collection_modifyitems(session, config, items):

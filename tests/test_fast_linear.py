@@ -30,6 +30,17 @@ _rng = np.random.default_rng(3)
 ON_OUR_BLOCKS = tuple(_rng.standard_normal(shape).astype(np.float32) for shape in ((2, 3, SUPER), (40, SUPER), (40,)))
 
 
+def run_on_zeros(compiled, prompt_rows: np.ndarray | None = None) -> list:
+    """every_path's graph run with its paths' inputs one row of zeros and ``prompt_rows`` (default one
+    row of zeros) into the prompt layer: its outputs, for the tests of the outputs that read no input
+    of the paths' (the prompt layer, each encoding's layer, MAX's repacking)."""
+    from max.experimental.tensor import Tensor
+
+    prompt_rows = np.zeros((1, 64), np.float32) if prompt_rows is None else prompt_rows
+    inputs = np.zeros((1, 1, 48), np.float32), np.zeros((1, 1, 128), np.float32), prompt_rows
+    return compiled(*(Tensor.from_dlpack(array) for array in inputs))
+
+
 def test_q8_0_is_ggml_s_rounding():
     # d = max|w| / 127 per block of 32 (float16), code = round(w / d).
     w = np.random.default_rng(0).standard_normal((3, 4 * BLOCK)).astype(np.float32)
@@ -126,13 +137,10 @@ def test_the_q4_0_band_is_the_one_max_repacks_to_on_this_cpu(every_path):
     # prompt path hands to MAX's Q4_0 kernel. An AVX2 machine checks its
     # band of 16 here, an AVX-512 one its 32. The op is in the graph of the
     # layers' tests below (one compile).
-    from max.experimental.tensor import Tensor
-
     from model.cpu import q4_0_band
 
     _, (compiled, _, _, _, _) = every_path
-    small = [Tensor.from_dlpack(np.zeros(shape, np.float32)) for shape in ((1, 1, 48), (1, 1, 128), (1, 64))]
-    repacked = compiled(*small)[-1].to_numpy()
+    repacked = run_on_zeros(compiled)[-1].to_numpy()
     np.testing.assert_array_equal(repacked.reshape(REPACKED.shape), pack_q4_0(REPACKED, q4_0_band()))
 
 
@@ -143,12 +151,9 @@ def test_max_kernel_reads_our_blocks(encoding, every_path):
     # equals x @ dequantize(W)^T, up to the 8-bit rounding of the
     # activations; 40 output rows are padded to 64. The layers are in the
     # graph of the layers' tests below (one compile).
-    from max.experimental.tensor import Tensor
-
     paths, (compiled, _, _, _, _) = every_path
-    small = [Tensor.from_dlpack(np.zeros(shape, np.float32)) for shape in ((1, 1, 48), (1, 1, 128), (1, 64))]
     first = 4 * len(paths) + 1  # after every path's four layers and the prompt layer
-    got = compiled(*small)[first + sorted(ENCODINGS).index(encoding)].to_numpy()
+    got = run_on_zeros(compiled)[first + sorted(ENCODINGS).index(encoding)].to_numpy()
     x, weight, bias = ON_OUR_BLOCKS
     fmt = ENCODINGS[encoding]
     want = x @ fmt.dequantize(fmt.quantize(weight)).T + bias
@@ -371,15 +376,12 @@ def test_a_prompt_s_q8_0_product_over_several_bands_equals_numpy(every_path):
     # of 8 (a band, 9 tiles and 5 rows): numpy's product on this CPU's own
     # path (GPT-2's LM head is such a product). The layer is in the graph of
     # the test above.
-    from max.experimental.tensor import Tensor
-
     from model import cpu
 
     paths, (compiled, _, _, _, (codes, scales, bias)) = every_path
     rows = max(Q8_0_DEQUANTIZE_ABOVE.values()) + 4
     x = np.random.default_rng(8).standard_normal((rows, 64)).astype(np.float32)
-    small = Tensor.from_dlpack(np.zeros((1, 1, 48), np.float32)), Tensor.from_dlpack(np.zeros((1, 1, 128), np.float32))
-    got = compiled(*small, Tensor.from_dlpack(x))[4 * len(paths)].to_numpy()
+    got = run_on_zeros(compiled, x)[4 * len(paths)].to_numpy()
     want = x @ dequantize_q8_0(codes, scales).T + bias
     bound = 1e-4 if q8_0_dequantized(cpu.native_path(), rows) else 0.01  # see the test above
     assert got.shape == want.shape and np.abs(got - want).max() <= bound * np.abs(want).max()
