@@ -19,7 +19,6 @@ from __future__ import annotations
 import sys
 
 from serve.checks import CompletionChecks
-from serve.model_config import served_options
 
 
 def with_checks(make_app):
@@ -27,6 +26,11 @@ def with_checks(make_app):
     the project's checks for the model name it serves."""
 
     def make(settings, serving_settings):
+        # Imported here, not above: MAX starts its metrics and model workers with multiprocessing's
+        # spawn, which imports this module again in each, and model_config imports MAX's pipelines
+        # (seconds) that the metrics worker never uses.
+        from serve.model_config import served_options
+
         served = serving_settings.pipeline_config.model.model_name  # --served-model-name, else the path
         return CompletionChecks(make_app(settings, serving_settings), served, served_options().every_position,
                                 settings.max_request_bytes)
