@@ -3,6 +3,7 @@ positions, the weights in the engine's dtype, and the launcher's command line.""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import sys
@@ -113,12 +114,18 @@ def test_the_command_line_declares_what_gpt2_needs():
     assert (on_gpu["--devices"], on_gpu["--quantization-encoding"]) == ("gpu", "float32")  # float32 on a GPU too
 
 
+def imported_by(code: str, package: str) -> list[str]:
+    """The first few modules of ``package`` that running ``code`` in a new Python imports."""
+    listing = f"print([m for m in sorted(sys.modules) if m == {package!r} or m.startswith({package + '.'!r})][:3])"
+    done = run_python("-c", f"import sys\n{code}\n{listing}", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return ast.literal_eval(done.stdout.strip().splitlines()[-1])
+
+
 def test_the_launcher_imports_no_max_and_the_engine_finds_the_architecture():
     # MAX's pipelines take ~5 s to import: the launcher (python -m serve) starts the engine without them.
-    code = ("import sys; from serve.__main__ import main; from serve.shipped import start_note; start_note('cpu'); "
-            "print(sorted(m for m in sys.modules if m == 'max' or m.startswith('max.')))")
-    done = run_python("-c", code, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    assert imported_by("from serve.__main__ import main; from serve.shipped import start_note; start_note('cpu')",
+                       "max") == []
     import serve
 
     [arch] = serve.ARCHITECTURES  # what --custom-architectures reads, made when asked
@@ -129,10 +136,7 @@ def test_the_engine_s_workers_do_not_import_max_s_pipelines_through_it():
     # MAX starts its metrics and model workers with multiprocessing's spawn, which imports the
     # engine's module (serve/engine.py) again in each: with MAX's pipelines imported there the
     # metrics worker took 4-6 s to start instead of ~1.
-    code = ("import sys, serve.engine; "
-            "print(sorted(m for m in sys.modules if m == 'max.pipelines' or m.startswith('max.pipelines.'))[:3])")
-    done = run_python("-c", code, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    assert imported_by("import serve.engine", "max.pipelines") == []
 
 
 def test_the_checks_seam_is_where_max_s_entry_builds_its_app():
