@@ -19,13 +19,25 @@ bundle (model/saved_graphs.py), so a later ``load_gpt2`` of any of these
 builds, in any process, loads its graph from there: the test suite compiles
 the graphs its files load in a few such units before their tests run
 (tests/suite_graphs.py).
+
+A unit can also hold graphs that are not GPT-2 builds (``Other``: a module,
+its input types and weights), saved in the bundle under a name taken from
+what the traced graph computes; ``Other.saved()`` finds one there:
+
+    layers = Other(module, input_types, weights)
+    compile_together(builds, others=[layers])     # in one process
+    run = layers.saved() or layers.compile()      # in any other: called as MAX's compiled module is
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -48,6 +60,46 @@ class Prepared:
     with_tokenizer: bool
     name: str  # the graph's name in model/saved_graphs.py, as load_gpt2 would name it
     specs: dict | None  # the quantized layers (model/layers' quantized_specs)
+
+
+@dataclass(eq=False)
+class Other:
+    """A graph that is not a GPT-2 build: ``module`` (an nn.Module built
+    lazily) traced with ``input_types``, ``weights`` by the module's names
+    for them. ``custom_ops``: it calls this project's kernels."""
+
+    module: object
+    input_types: list
+    weights: dict = field(repr=False)
+    custom_ops: bool = True
+
+    @cached_property
+    def name(self) -> str:
+        """``graph_<digest>``: its saved graph's name, from what it computes
+        (its traced body: model/portable's graph_digest), the Mojo kernels,
+        the CPU it is compiled for and MAX's version."""
+        from model import cpu
+        from model.portable import graph_digest, kernels_digest, max_version
+
+        traced = self.module.trace(*self.input_types, name="other").graph
+        facts = [max_version(), cpu.describe(), os.environ.get(cpu.ENV, "auto"), kernels_digest(), graph_digest(traced)]
+        return "graph_" + hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:20]
+
+    def saved(self):
+        """Its graph as a unit saved it, called as MAX's compiled module is
+        (tensors in, buffers out); None when no unit saved it."""
+        from max.driver import CPU, Buffer
+
+        from model import saved_graphs
+
+        if not saved_graphs.is_saved(self.name):
+            return None
+        engine_model = saved_graphs.store_for(self.name, CPU()).run(self.weights).engine_model
+        return lambda *inputs: engine_model.execute(*(Buffer.from_dlpack(x) for x in inputs))
+
+    def compile(self):
+        """Its graph compiled alone (MAX's compiled module)."""
+        return self.module.compile(*self.input_types, weights=self.weights)
 
 
 def prepare(model: str | Path | Checkpoint, options: BuildOptions | None = None, *, with_tokenizer: bool = True,
@@ -74,8 +126,9 @@ def prepare(model: str | Path | Checkpoint, options: BuildOptions | None = None,
                     saved_graphs.graph_name(options, graph_config), specs)
 
 
-def compile_together(builds: list[Prepared]) -> list[GPT2]:
-    """``builds`` compiled as one unit and saved as one bundle: a GPT2 each, in order."""
+def compile_together(builds: list[Prepared], others: list[Other] = ()) -> list[GPT2]:
+    """``builds`` and ``others`` compiled as one unit and saved as one bundle:
+    a GPT2 for each build, in order (``Other.saved()`` finds the others)."""
     from max.driver import CPU, Buffer
     from max.engine import InferenceSession
 
@@ -85,24 +138,32 @@ def compile_together(builds: list[Prepared]) -> list[GPT2]:
     from model.layers.custom_op import kernel_library
 
     start = time.perf_counter()
-    every = OneOf([wrap(build.lm, build.kit, build.options, build.config.vocab_size) for build in builds])
-    names = [f"gpt2_{i}" for i in range(len(builds))]  # each graph's name in the unit
-    prefixes = [f"builds.{i}." for i in range(len(builds))]  # its weights' names there (OneOf)
-    graphs, registry = [], {}
+    other_names = [other.name for other in others]  # (each traced alone first, as Other.saved names it)
+    every = OneOf([*(wrap(build.lm, build.kit, build.options, build.config.vocab_size) for build in builds),
+                   *(other.module for other in others)])
+    names = [f"gpt2_{i}" for i in range(len(builds))] + [f"other_{i}" for i in range(len(others))]  # in the unit
+    prefixes = [f"builds.{i}." for i in range(len(names))]  # each graph's weights' names there (OneOf)
+    weights = [build.weights for build in builds] + [other.weights for other in others]
+    graphs = []
     for i, build in enumerate(builds):
         every.which = i
         graphs.append(trace_graph(every, build.config, build.options, name=names[i]))
-        registry |= {prefixes[i] + key: Buffer.from_dlpack(array) for key, array in build.weights.items()}
+    for i, other in enumerate(others, len(builds)):
+        every.which = i
+        graphs.append(every.trace(*other.input_types, name=names[i]).graph)
+    registry = {prefixes[i] + key: Buffer.from_dlpack(array) for i, arrays in enumerate(weights)
+                for key, array in arrays.items()}
     ran = [quantized_that_ran(build.lm) for build in builds]  # known once traced
     session = InferenceSession(devices=[CPU()])
-    extensions = [kernel_library()] if any(build.options.uses_kernels for build in builds) else []
-    print(f"compiling {len(builds)} model graphs as one ...", file=sys.stderr, flush=True)
-    compiled = session.compile(one_module(graphs), custom_extensions=extensions)
-    members = [(build.name, {"quantized_layers": ran[i], "quantized": build.specs or {},
-                             "bundle": {"graph": names[i], "prefix": prefixes[i]}})
-               for i, build in enumerate(builds)]
-    saved_graphs.keep_bundle(compiled, members, {names[i]: [prefixes[i] + key for key in build.weights]
-                                                 for i, build in enumerate(builds)})
+    kernels = any(build.options.uses_kernels for build in builds) or any(other.custom_ops for other in others)
+    print(f"compiling {len(names)} graphs as one ...", file=sys.stderr, flush=True)
+    compiled = session.compile(one_module(graphs), custom_extensions=[kernel_library()] if kernels else [])
+    facts = [{"quantized_layers": ran[i], "quantized": build.specs or {}} for i, build in enumerate(builds)]
+    facts += [{} for _ in others]
+    members = [(member, {**facts[i], "bundle": {"graph": names[i], "prefix": prefixes[i]}})
+               for i, member in enumerate([build.name for build in builds] + other_names)]
+    saved_graphs.keep_bundle(compiled, members, {names[i]: [prefixes[i] + key for key in arrays]
+                                                 for i, arrays in enumerate(weights)})
     models = session.init_all(compiled, weights_registry=registry)
     seconds = time.perf_counter() - start
     print(f"compiled in {seconds:.1f} s", file=sys.stderr, flush=True)

@@ -6,7 +6,8 @@ cores one matmul's graph ~80 s, a tiny model's ~2-3 min): compiled one by one,
 the graphs below were most of a cold run. Each group's graphs are compiled
 by MAX as one unit (model/together.py) and saved as one bundle
 (model/saved_graphs.py), where every ``load_gpt2`` of them finds its graph,
-in the test's process or a child's. A graph listed in several groups is
+in the test's process or a child's; a graph that is not a model's (``Made``)
+is found there by what it computes. A graph listed in several groups is
 compiled in the first one's unit. A file's first test waits for the units
 holding its graphs, its own group's first; the worker that gets to a unit
 first compiles it, holding a lock the other waits on. A run of a few files
@@ -57,6 +58,23 @@ class Build:
     step_07_edit: str | None = None
 
 
+@dataclass(frozen=True)
+class Made:
+    """A graph that is not a model's: the model/together.py Other that
+    ``maker`` (``module.function``, a module of the tests' folder) returns
+    first, found again by what it computes."""
+
+    maker: str
+    kernel_path = None  # (none set around it, unlike a Build's)
+
+
+@cache
+def made(maker: str):
+    """``maker``'s Other, made once in this process (its name is traced once)."""
+    module, function = maker.rsplit(".", 1)
+    return getattr(importlib.import_module(module), function)()[0]
+
+
 def other_path() -> str | None:
     """A kernel path this CPU runs besides its own (test_quantize's demo on two paths), if any."""
     return next((p for p in ("avx2", "portable") if p != cpu.native_path() and not cpu.missing(p)), None)
@@ -80,9 +98,12 @@ TRAINED = [Build("trained-bytes", (("dtype", dtype),)) for dtype in ("q4_0", "q4
 # run's start (conftest.py's SLOWEST_FIRST), so on two workers the test finds it done.
 Q8_0_TRAINED = Build("trained-bytes", (("dtype", "q8_0"),))
 FLOAT32 = Build("tiny-2l-4h")
+# Not a model's graph: test_fast_linear.py's layers on every kernel path and encoding, MAX's Q4_0 repacking.
+LAYERS = Made("test_fast_linear.every_path_graph")
 GROUPS = {
     "quantize": {
         "test_quantize.py": [*TRAINED, demo("q8_0"), demo("q8_0", "other"), demo("q4_0"), demo("q4_0", "other")],
+        "test_fast_linear.py": [LAYERS],
         "test_app.py::test_the_learner_s_step_07_is_the_attention_the_app_runs": [
             Build("tiny", (("impl", "steps"),), step_07_edit="forward-without-c_proj")],
     },
@@ -165,19 +186,21 @@ def as_loaded(build: Build):
                 yield
 
 
-def graph_name(build: Build) -> str:
-    """The name ``load_gpt2`` gives ``build``'s graph (model/saved_graphs.py)."""
+def graph_name(build: Build | Made) -> str:
+    """The name ``load_gpt2`` gives ``build``'s graph (model/saved_graphs.py), or a Made one's."""
     from model import saved_graphs
     from model.gpt2 import opened
     from model.options import BuildOptions
 
+    if isinstance(build, Made):
+        return made(build.maker).name
     options = BuildOptions(device="cpu", **dict(build.options))
     with as_loaded(build):
         _, _, graph_config = opened(checkpoint_folder(build.checkpoint), options)
         return saved_graphs.graph_name(options, graph_config)
 
 
-def units(collected: set[str]) -> dict[str, list[Build]]:
+def units(collected: set[str]) -> dict[str, list[Build | Made]]:
     """Each group's unit in a run of the ``collected`` files: the builds its
     files there load, each build in the first group that lists it (two units
     compiling side by side never both compile one graph)."""
@@ -211,7 +234,7 @@ def compile_for(loader: str, collected: set[str]) -> None:
                 compile_together(missing)
 
 
-def saved_in(build: Build, project_cache: Path, suite_graphs: Path) -> None:
+def saved_in(build: Build | Made, project_cache: Path, suite_graphs: Path) -> None:
     """``build``'s graph, saved in the suite's ``suite_graphs`` folder (by its group's unit, or
     alone), saved in ``project_cache`` too (a test's own): its folder copied, a bundle linked."""
     from model import saved_graphs
@@ -226,13 +249,13 @@ def saved_in(build: Build, project_cache: Path, suite_graphs: Path) -> None:
         (graphs / bundle).symlink_to(suite_graphs / bundle, target_is_directory=True)
 
 
-def compile_together(builds: list[Build]) -> None:
+def compile_together(builds: list[Build | Made]) -> None:
     from model.together import compile_together, prepare
 
     prepared = []
-    for build in builds:
+    for build in (build for build in builds if isinstance(build, Build)):
         with as_loaded(build):
             prepared.append(prepare(checkpoint_folder(build.checkpoint), device="cpu", with_tokenizer=False,
                                     **dict(build.options)))
     print(f"the suite's graphs: {len(builds)} compiled as one unit", file=sys.stderr, flush=True)
-    compile_together(prepared)
+    compile_together(prepared, [made(build.maker) for build in builds if isinstance(build, Made)])

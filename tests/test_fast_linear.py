@@ -177,7 +177,15 @@ def kernel_paths() -> list:
 
 def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarray | None = None,
                     on_our_blocks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
-    """One compiled graph holding, for each kernel path in ``paths`` (default
+    """``layers_graph`` compiled alone: the compiled graph, then its arrays, the dense Q8_0 and Q4_0
+    weights and the prompt layer's codes and scales."""
+    graph, rest = layers_graph(*paths, prompt_out=prompt_out, repack=repack, on_our_blocks=on_our_blocks)
+    return (graph.module.compile(*graph.input_types, weights=graph.weights), *rest)
+
+
+def layers_graph(*paths: str, prompt_out: int | None = None, repack: np.ndarray | None = None,
+                 on_our_blocks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
+    """One graph holding, for each kernel path in ``paths`` (default
     "auto"), every kernel's layers: float32 48 -> 37 (a width that is not a
     multiple of the 16 lanes, a height not a multiple of the 8-row tile),
     Q8_0 128 -> 37, and Q4_0 128 -> 37 packed in bands of 32 and of 16 rows
@@ -194,11 +202,11 @@ def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarr
     Every path's layers share one weight set and one compile: a graph's
     compile costs about the same whether it holds one path's layers or all
     of them (docs/journal.md), and each compile is 1.5-3 min on 2 cores.
-    Returns the compiled graph (four outputs per path, in order, then the
-    prompt layer's, each encoding's and the repacked blocks, those asked
-    for), its arrays, the dense Q8_0 and Q4_0 weights, and the
-    prompt layer's codes and scales. (tests/avx2_under_qemu.py builds the
-    same graph under an emulated CPU.)"""
+    Returns the graph, not compiled (model/together.py's Other: four
+    outputs per path, in order, then the prompt layer's, each encoding's
+    and the repacked blocks, those asked for), and its arrays, the dense
+    Q8_0 and Q4_0 weights and the prompt layer's codes and scales.
+    (tests/avx2_under_qemu.py compiles the same graph under an emulated CPU.)"""
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental import functional as F
@@ -213,6 +221,7 @@ def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarr
     from model.layers.q4_0 import Q4_0Linear
     from model.layers.q8_0 import Q8_0Linear
     from model.quantize import quantized_arrays
+    from model.together import Other
 
     paths = paths or ("auto",)
     rng = np.random.default_rng(1)
@@ -279,8 +288,8 @@ def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarr
     types = [TensorType(DType.float32, ["batch", "seq", width], device=CPU()) for width in (48, 128)]
     if prompt_out is not None:
         types.append(TensorType(DType.float32, ["rows", 64], device=CPU()))
-    compiled = layers.compile(*types, weights=weights)
-    return compiled, arrays, dequantize_q8_0(q8_codes, q8_scales), dequantize_q4_0(q4_blocks)[:37], prompt
+    return Other(layers, types, weights), (arrays, dequantize_q8_0(q8_codes, q8_scales),
+                                           dequantize_q4_0(q4_blocks)[:37], prompt)
 
 
 def runnable_paths() -> list[str]:
@@ -290,13 +299,24 @@ def runnable_paths() -> list[str]:
     return [p.values[0] for p in kernel_paths() if not cpu.missing(p.values[0])]
 
 
+def every_path_graph():
+    """layers_graph for every path this CPU can run, the prompt layer, each quantized encoding's
+    layer and MAX's repacking (tests/suite_graphs.py compiles it in a unit of the suite's graphs)."""
+    return layers_graph(*runnable_paths(), prompt_out=matmul_constant("DEQUANT_BAND") + 77, repack=REPACKED,
+                        on_our_blocks=ON_OUR_BLOCKS)
+
+
 @pytest.fixture(scope="module")
 def every_path():
-    """compiled_layers for every path this CPU can run, the prompt layer, each quantized encoding's
-    layer and MAX's repacking: one compile."""
-    paths = runnable_paths()
-    return paths, compiled_layers(*paths, prompt_out=matmul_constant("DEQUANT_BAND") + 77, repack=REPACKED,
-                                  on_our_blocks=ON_OUR_BLOCKS)
+    """every_path_graph's paths, and its compiled graph and arrays as compiled_layers gives them: the
+    graph as the suite's unit saved it (found by what it computes, in whichever worker compiled it),
+    or compiled alone in a run without saved graphs."""
+    from model import caches
+
+    graph, rest = every_path_graph()
+    run = graph.saved()
+    assert run is not None or not caches.enabled(), "tests/suite_graphs.py's unit did not save this graph"
+    return runnable_paths(), (run or graph.compile(), *rest)
 
 
 @pytest.fixture(params=kernel_paths())

@@ -228,3 +228,32 @@ def test_a_bundles_graphs_are_each_saved_by_name(new_project_cache):
     assert sorted(p.name for p in graphs.iterdir()) == sorted(["gpt2_a", "gpt2_b", facts["bundle"]["name"]])
     mef.unlink()  # a bundle gone: its graphs are no longer saved
     assert not saved_graphs.is_saved("gpt2_a")
+
+
+def test_a_graph_that_is_not_a_model_s_is_named_by_what_it_computes(new_project_cache):
+    """A unit's graph that is not a GPT-2 build (model/together.py's Other) is
+    saved under a name taken from its traced body: the same module made again,
+    other weights, gives the same name; another shape another. Nothing saved
+    under it here: ``saved()`` says so and compiles nothing."""
+    import numpy as np
+    from max.driver import CPU
+    from max.dtype import DType
+    from max.experimental import functional as F
+    from max.experimental import nn
+    from max.graph import TensorType
+
+    from model.together import Other
+
+    def linear(width: int, seed: int) -> Other:
+        with F.lazy():
+            module = nn.Linear(4, width)
+        rng = np.random.default_rng(seed)
+        weights = {"weight": rng.standard_normal((width, 4)).astype(np.float32),
+                   "bias": rng.standard_normal(width).astype(np.float32)}
+        return Other(module, [TensorType(DType.float32, ["rows", 4], device=CPU())], weights, custom_ops=False)
+
+    first = linear(3, 0)
+    assert first.name.startswith("graph_")
+    assert linear(3, 1).name == first.name
+    assert linear(5, 0).name != first.name
+    assert first.saved() is None
