@@ -103,13 +103,13 @@ LAYERS = Made("test_fast_linear.every_path_graph")
 GROUPS = {
     "quantize": {
         "test_quantize.py": [*TRAINED, demo("q8_0"), demo("q8_0", "other"), demo("q4_0"), demo("q4_0", "other")],
-        "test_fast_linear.py": [LAYERS],
         "test_app.py::test_the_learner_s_step_07_is_the_attention_the_app_runs": [
             Build("tiny", (("impl", "steps"),), step_07_edit="forward-without-c_proj")],
     },
     "models": {
         "test_fast_linear.py": [FLOAT32, Build("tiny-2l-4h", (("linear", "course"),)), Q8_0_TRAINED, demo("q8_0"),
-                                Build("tiny-2l-4h", (("dtype", "q8_0"),)), Build("tiny-3l-3h", (("dtype", "q8_0"),))],
+                                Build("tiny-2l-4h", (("dtype", "q8_0"),)), Build("tiny-3l-3h", (("dtype", "q8_0"),)),
+                                LAYERS],
         "test_kv_cache.py": [FLOAT32, Build("tiny-2l-4h", (("cache", "concat"),))],
         "test_model.py": [FLOAT32, Build("tiny-3l-3h"), Build("tiny", vocab_multiple=64)],
         "test_generate.py": [Build("padded-vocab")],
