@@ -125,9 +125,10 @@ def trace_graph(graph, config, options: BuildOptions, name: str = GRAPH_NAME):
 
 
 class OneOf(nn.Module):
-    """Several builds' graph modules, the weights of each named under its
+    """Several builds' graph modules (and a unit's graphs that are not a
+    model's: model/together.py's Other), the weights of each named under its
     index (``builds.<i>.``) so that one registry binds them all; traced once
-    per build, ``which`` saying whose forward is traced."""
+    per graph, ``which`` saying whose forward is traced."""
 
     def __init__(self, graphs: list) -> None:
         super().__init__()

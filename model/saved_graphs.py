@@ -15,7 +15,10 @@ on an AVX2 machine that shares the cache folder), the sources of the build
 steps/), the checkpoint's config, the placement and the build options. Any
 change to any of them gives a new name, hence a fresh compile. Beside the
 MEF, ``facts.json`` keeps what the build learnt while tracing (how many
-quantized layers the graph calls).
+quantized layers the graph calls). A graph that is not a GPT-2 build, saved
+in a unit (model/together.py's Other), is named instead by what its traced
+body computes, the Mojo kernels, the MAX version, the CPU and kernel path
+(``other_name``).
 
 Several graphs compiled as one unit (model/together.py) are saved as one
 MEF, a *bundle*: each graph's folder then holds only its facts, which name
@@ -54,17 +57,34 @@ def graph_name(options, config, cpu_description: str | None = None) -> str:
     (``options``: model/options.py's BuildOptions). ``cpu_description``: what
     the graph was compiled for, when not this CPU (model/portable/'s
     shipped graph)."""
-    from model import cpu
-
     digest = hashlib.sha256()
-    facts = {"max": importlib.metadata.version("max"), "impl": options.impl,
-             "cpu": cpu.describe() if cpu_description is None else cpu_description,
-             "kernel_path": os.environ.get(cpu.ENV, "auto"),
+    facts = {**machine_facts(cpu_description), "impl": options.impl,
              "config": asdict(config) if is_dataclass(config) else vars(config),
              "placement": [options.placement.kind, options.placement.dtype], "options": options.graph_facts()}
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
     digest.update(sources_digest(options.impl).encode())
     return "gpt2_" + digest.hexdigest()[:20]
+
+
+def other_name(graph) -> str:
+    """``graph_<digest>``: the name of a traced ``graph`` that is not a GPT-2
+    build (model/together.py's Other): what its body computes
+    (model/portable's graph_digest), the Mojo kernels it may call, and the
+    machine's facts as ``graph_name`` takes them."""
+    from model.portable import graph_digest, kernels_digest
+
+    facts = {**machine_facts(), "kernels": kernels_digest(), "graph": graph_digest(graph)}
+    return "graph_" + hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def machine_facts(cpu_description: str | None = None) -> dict:
+    """What a compiled graph depends on beside its own build: MAX's version,
+    the CPU it is compiled for and the kernel path asked for."""
+    from model import cpu
+
+    return {"max": importlib.metadata.version("max"),
+            "cpu": cpu.describe() if cpu_description is None else cpu_description,
+            "kernel_path": os.environ.get(cpu.ENV, "auto")}
 
 
 def sources_digest(impl: str) -> str:
@@ -125,6 +145,7 @@ class Store:
         if self.staging is None:
             return
         (self.staging / FACTS).write_text(json.dumps(facts))
+        _drop_unsaved(self.name)
         _move(self.staging, caches.folder("graphs") / self.name)
 
     def discard(self) -> None:
@@ -187,10 +208,11 @@ def bundle_mef(facts: dict) -> Path | None:
 
 def keep_bundle(compiled, members: list[tuple[str, dict]], weights: dict[str, list[str]]) -> None:
     """Save ``compiled`` (MAX's artifact of several graphs compiled as one unit)
-    as a bundle, and each of its ``members``: a graph's name (``graph_name``)
-    and its facts, which say its graph's name in the bundle (``graph``) and
-    its weights' prefix (``prefix``). ``weights``: each graph's weights'
-    names. A member saved already is left as it is."""
+    as a bundle, and each of its ``members``: a graph's name (``graph_name``,
+    or ``other_name``) and its facts, which say its graph's name in the bundle
+    (``graph``) and its weights' prefix (``prefix``). ``weights``: each
+    graph's weights' names. A member saved already is left as it is; one
+    whose folder names a bundle that is gone is saved again."""
     if not caches.enabled():
         return
     graphs = _mkdir(caches.folder("graphs"))
@@ -202,7 +224,16 @@ def keep_bundle(compiled, members: list[tuple[str, dict]], weights: dict[str, li
     for member, facts in members:
         staging = Path(tempfile.mkdtemp(prefix=member + ".", dir=graphs))
         (staging / FACTS).write_text(json.dumps({**facts, "bundle": {**facts["bundle"], "name": name}}))
+        _drop_unsaved(member)
         _move(staging, graphs / member)
+
+
+def _drop_unsaved(name: str) -> None:
+    """``name``'s folder removed when it does not hold a saved graph (its
+    bundle deleted by hand), so that saving the graph again is not refused."""
+    folder = caches.folder("graphs") / name
+    if folder.is_dir() and not folder.is_symlink() and not is_saved(name):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def alias(name: str, saved: str) -> None:

@@ -31,9 +31,6 @@ what the traced graph computes; ``Other.saved()`` finds one there:
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -66,24 +63,19 @@ class Prepared:
 class Other:
     """A graph that is not a GPT-2 build: ``module`` (an nn.Module built
     lazily) traced with ``input_types``, ``weights`` by the module's names
-    for them. ``custom_ops``: it calls this project's kernels."""
+    for them. A unit holding one is compiled with this project's kernel
+    library (such a graph may call its ops)."""
 
     module: object
     input_types: list
     weights: dict = field(repr=False)
-    custom_ops: bool = True
 
     @cached_property
     def name(self) -> str:
-        """``graph_<digest>``: its saved graph's name, from what it computes
-        (its traced body: model/portable's graph_digest), the Mojo kernels,
-        the CPU it is compiled for and MAX's version."""
-        from model import cpu
-        from model.portable import graph_digest, kernels_digest, max_version
+        """Its saved graph's name, from what it computes (model/saved_graphs.py's other_name)."""
+        from model import saved_graphs
 
-        traced = self.module.trace(*self.input_types, name="other").graph
-        facts = [max_version(), cpu.describe(), os.environ.get(cpu.ENV, "auto"), kernels_digest(), graph_digest(traced)]
-        return "graph_" + hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:20]
+        return saved_graphs.other_name(self.module.trace(*self.input_types, name="other").graph)
 
     def saved(self):
         """Its graph as a unit saved it, called as MAX's compiled module is
@@ -155,7 +147,7 @@ def compile_together(builds: list[Prepared], others: list[Other] = ()) -> list[G
                 for key, array in arrays.items()}
     ran = [quantized_that_ran(build.lm) for build in builds]  # known once traced
     session = InferenceSession(devices=[CPU()])
-    kernels = any(build.options.uses_kernels for build in builds) or any(other.custom_ops for other in others)
+    kernels = any(build.options.uses_kernels for build in builds) or bool(others)
     print(f"compiling {len(names)} graphs as one ...", file=sys.stderr, flush=True)
     compiled = session.compile(one_module(graphs), custom_extensions=[kernel_library()] if kernels else [])
     facts = [{"quantized_layers": ran[i], "quantized": build.specs or {}} for i, build in enumerate(builds)]

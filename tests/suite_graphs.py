@@ -65,7 +65,6 @@ class Made:
     first, found again by what it computes."""
 
     maker: str
-    kernel_path = None  # (none set around it, unlike a Build's)
 
 
 @cache
@@ -207,7 +206,7 @@ def units(collected: set[str]) -> dict[str, list[Build | Made]]:
     out, taken = {}, set()
     for name, group in GROUPS.items():
         builds = [build for loader, listed in group.items() if loader.split("::")[0] in collected for build in listed
-                  if build.kernel_path != "other" or other_path() is not None]
+                  if not (isinstance(build, Build) and build.kernel_path == "other" and other_path() is None)]
         out[name] = [build for build in dict.fromkeys(builds) if build not in taken]
         taken |= set(out[name])
     return out

@@ -6,6 +6,8 @@ give the same tokens as models built from step 04's nn.Linear."""
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import pytest
 from checkpoints import demo_reference, greedy, reference
@@ -180,7 +182,7 @@ def compiled_layers(*paths: str, prompt_out: int | None = None, repack: np.ndarr
     """``layers_graph`` compiled alone: the compiled graph, then its arrays, the dense Q8_0 and Q4_0
     weights and the prompt layer's codes and scales."""
     graph, rest = layers_graph(*paths, prompt_out=prompt_out, repack=repack, on_our_blocks=on_our_blocks)
-    return (graph.module.compile(*graph.input_types, weights=graph.weights), *rest)
+    return (graph.compile(), *rest)
 
 
 def layers_graph(*paths: str, prompt_out: int | None = None, repack: np.ndarray | None = None,
@@ -201,7 +203,8 @@ def layers_graph(*paths: str, prompt_out: int | None = None, repack: np.ndarray 
 
     Every path's layers share one weight set and one compile: a graph's
     compile costs about the same whether it holds one path's layers or all
-    of them (docs/journal.md), and each compile is 1.5-3 min on 2 cores.
+    of them (docs/journal.md), and each compile alone is 1.5-3 min on 2
+    cores (~35 s more in a unit of the suite's graphs).
     Returns the graph, not compiled (model/together.py's Other: four
     outputs per path, in order, then the prompt layer's, each encoding's
     and the repacked blocks, those asked for), and its arrays, the dense
@@ -299,9 +302,11 @@ def runnable_paths() -> list[str]:
     return [p.values[0] for p in kernel_paths() if not cpu.missing(p.values[0])]
 
 
+@cache
 def every_path_graph():
     """layers_graph for every path this CPU can run, the prompt layer, each quantized encoding's
-    layer and MAX's repacking (tests/suite_graphs.py compiles it in a unit of the suite's graphs)."""
+    layer and MAX's repacking (tests/suite_graphs.py compiles it in a unit of the suite's graphs):
+    made once per process, so that its name is traced once."""
     return layers_graph(*runnable_paths(), prompt_out=matmul_constant("DEQUANT_BAND") + 77, repack=REPACKED,
                         on_our_blocks=ON_OUR_BLOCKS)
 
@@ -309,8 +314,8 @@ def every_path_graph():
 @pytest.fixture(scope="module")
 def every_path():
     """every_path_graph's paths, and its compiled graph and arrays as compiled_layers gives them: the
-    graph as the suite's unit saved it (found by what it computes, in whichever worker compiled it),
-    or compiled alone in a run without saved graphs."""
+    graph as the suite's unit saved it (found by what it computes), or compiled alone in a run
+    without saved graphs."""
     from model import caches
 
     graph, rest = every_path_graph()

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from checkpoints import TINY, reference, write_checkpoint
+from conftest import run_python
 from suite_graphs import Q8_0_TRAINED, saved_in
 
 from checker import oracle
@@ -214,6 +215,7 @@ def test_a_bundles_graphs_are_each_saved_by_name(new_project_cache):
     graphs = new_project_cache / "graphs"
     (graphs / "gpt2_b").mkdir(parents=True)
     (graphs / "gpt2_b" / "facts.json").write_text('{"quantized_layers": 0}')
+    (graphs / "gpt2_b" / "manifest.json").write_text("{}")  # (with its MEF, saved alone)
     members = [(name, {"quantized_layers": 0, "quantized": {}, "bundle": {"graph": graph, "prefix": prefix}})
                for name, graph, prefix in [("gpt2_a", "gpt2_0", "builds.0."), ("gpt2_b", "gpt2_1", "builds.1.")]]
     assert not saved_graphs.is_saved("gpt2_a")
@@ -226,16 +228,15 @@ def test_a_bundles_graphs_are_each_saved_by_name(new_project_cache):
     assert saved_graphs.is_saved("gpt2_a")
     assert json.loads((graphs / "gpt2_b" / "facts.json").read_text()) == {"quantized_layers": 0}  # kept
     assert sorted(p.name for p in graphs.iterdir()) == sorted(["gpt2_a", "gpt2_b", facts["bundle"]["name"]])
-    mef.unlink()  # a bundle gone: its graphs are no longer saved
+    mef.unlink()  # a bundle gone: its graphs are no longer saved, and a later unit saves them again
     assert not saved_graphs.is_saved("gpt2_a")
+    saved_graphs.keep_bundle(Artifact(), members[:1], {"gpt2_0": ["builds.0.lm.w"]})
+    again = json.loads((graphs / "gpt2_a" / "facts.json").read_text())["bundle"]["name"]
+    assert again != facts["bundle"]["name"] and saved_graphs.is_saved("gpt2_a")
 
 
-def test_a_graph_that_is_not_a_model_s_is_named_by_what_it_computes(new_project_cache):
-    """A unit's graph that is not a GPT-2 build (model/together.py's Other) is
-    saved under a name taken from its traced body: the same module made again,
-    other weights, gives the same name; another shape another. Nothing saved
-    under it here: ``saved()`` says so and compiles nothing."""
-    import numpy as np
+def linear_other(width: int, seed: int):
+    """A graph that is not a GPT-2 build: one nn.Linear 4 -> ``width``, its weights drawn from ``seed``."""
     from max.driver import CPU
     from max.dtype import DType
     from max.experimental import functional as F
@@ -244,16 +245,26 @@ def test_a_graph_that_is_not_a_model_s_is_named_by_what_it_computes(new_project_
 
     from model.together import Other
 
-    def linear(width: int, seed: int) -> Other:
-        with F.lazy():
-            module = nn.Linear(4, width)
-        rng = np.random.default_rng(seed)
-        weights = {"weight": rng.standard_normal((width, 4)).astype(np.float32),
-                   "bias": rng.standard_normal(width).astype(np.float32)}
-        return Other(module, [TensorType(DType.float32, ["rows", 4], device=CPU())], weights, custom_ops=False)
+    with F.lazy():
+        module = nn.Linear(4, width)
+    rng = np.random.default_rng(seed)
+    weights = {"weight": rng.standard_normal((width, 4)).astype(np.float32),
+               "bias": rng.standard_normal(width).astype(np.float32)}
+    return Other(module, [TensorType(DType.float32, ["rows", 4], device=CPU())], weights)
 
-    first = linear(3, 0)
+
+def test_a_graph_that_is_not_a_model_s_is_named_by_what_it_computes(new_project_cache):
+    """A unit's graph that is not a GPT-2 build (model/together.py's Other) is
+    saved under a name taken from its traced body: the same module made again,
+    other weights, gives the same name, in another process too (the suite's
+    other worker finds it so); another shape another. Nothing saved under it
+    here: ``saved()`` says so and compiles nothing."""
+    first = linear_other(3, 0)
     assert first.name.startswith("graph_")
-    assert linear(3, 1).name == first.name
-    assert linear(5, 0).name != first.name
+    assert linear_other(3, 1).name == first.name
+    assert linear_other(5, 0).name != first.name
     assert first.saved() is None
+    child = run_python("-c", "import sys; sys.path.insert(0, 'tests'); from test_saved_graphs import linear_other; "
+                       "print(linear_other(3, 2).name)")
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split()[-1] == first.name
