@@ -18,7 +18,7 @@ MEF, ``facts.json`` keeps what the build learnt while tracing (how many
 quantized layers the graph calls). A graph that is not a GPT-2 build, saved
 in a unit (model/together.py's Other), is named instead by what its traced
 body computes, the Mojo kernels, the MAX version, the CPU and kernel path
-(``other_name``).
+(model/together.py's ``Other.name``).
 
 Several graphs compiled as one unit (model/together.py) are saved as one
 MEF, a *bundle*: each graph's folder then holds only its facts, which name
@@ -64,17 +64,6 @@ def graph_name(options, config, cpu_description: str | None = None) -> str:
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
     digest.update(sources_digest(options.impl).encode())
     return "gpt2_" + digest.hexdigest()[:20]
-
-
-def other_name(graph) -> str:
-    """``graph_<digest>``: the name of a traced ``graph`` that is not a GPT-2
-    build (model/together.py's Other): what its body computes
-    (model/portable's graph_digest), the Mojo kernels it may call, and the
-    machine's facts as ``graph_name`` takes them."""
-    from model.portable import graph_digest, kernels_digest
-
-    facts = {**machine_facts(), "kernels": kernels_digest(), "graph": graph_digest(graph)}
-    return "graph_" + hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
 
 
 def machine_facts(cpu_description: str | None = None) -> dict:
@@ -209,7 +198,7 @@ def bundle_mef(facts: dict) -> Path | None:
 def keep_bundle(compiled, members: list[tuple[str, dict]], weights: dict[str, list[str]]) -> None:
     """Save ``compiled`` (MAX's artifact of several graphs compiled as one unit)
     as a bundle, and each of its ``members``: a graph's name (``graph_name``,
-    or ``other_name``) and its facts, which say its graph's name in the bundle
+    or an Other's) and its facts, which say its graph's name in the bundle
     (``graph``) and its weights' prefix (``prefix``). ``weights``: each
     graph's weights' names. A member saved already is left as it is; one
     whose folder names a bundle that is gone is saved again."""

@@ -31,6 +31,8 @@ what the traced graph computes; ``Other.saved()`` finds one there:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -72,10 +74,16 @@ class Other:
 
     @cached_property
     def name(self) -> str:
-        """Its saved graph's name, from what it computes (model/saved_graphs.py's other_name)."""
-        from model import saved_graphs
+        """``graph_<digest>``: its saved graph's name, from what its traced
+        body computes (model/portable's graph_digest), the Mojo kernels it
+        may call, and the machine's facts as model/saved_graphs.py's
+        graph_name takes them."""
+        from model.portable import graph_digest, kernels_digest
+        from model.saved_graphs import machine_facts
 
-        return saved_graphs.other_name(self.module.trace(*self.input_types, name="other").graph)
+        traced = self.module.trace(*self.input_types, name="other").graph
+        facts = {**machine_facts(), "kernels": kernels_digest(), "graph": graph_digest(traced)}
+        return "graph_" + hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:20]
 
     def saved(self):
         """Its graph as a unit saved it, called as MAX's compiled module is
