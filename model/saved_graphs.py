@@ -28,8 +28,10 @@ from a bundle binds a one-element placeholder for each of the others'
 weights; those graphs are never run.
 
 Where: ``graphs/`` in the project's cache folder (model/caches.py), one
-folder per graph (~14 MB for GPT-2 124M) or bundle. Delete it to free the
-space; set ``GPT2_MAX_SAVED_GRAPHS=0`` to compile every time.
+folder per graph (~14 MB for GPT-2 124M) or bundle, and beside a graph's
+folder a line to say at its first load (``<name>.note``: one compiled in the
+background says so). Delete it to free the space; set
+``GPT2_MAX_SAVED_GRAPHS=0`` to compile every time.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -48,6 +51,7 @@ from model import caches
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = "manifest.json"  # what MAX's MefStore writes beside the artifacts
 FACTS = "facts.json"  # what the build learnt while tracing the graph (load_gpt2)
+NOTE = ".note"  # graphs/<name>.note: a line said once, by the first load of that saved graph
 BUNDLE_MEF = "bundle.mef"  # several graphs compiled as one unit (model/together.py)
 BUNDLE_WEIGHTS = "weights.json"  # each of the bundle's graphs' weights' names
 
@@ -259,6 +263,7 @@ def store_for(name: str, device, direct: bool = True) -> Store:
 
     folder = caches.folder("graphs") / name
     if is_saved(name):
+        _say_note(name)
         facts = json.loads((folder / FACTS).read_text())
         mef = bundle_mef(facts)
         if mef is not None:  # a bundle is only driven directly (model/together.py: CPU builds)
@@ -270,6 +275,23 @@ def store_for(name: str, device, direct: bool = True) -> Store:
         return Store(name, InferenceSession(devices=[device]), mef=folder / graph["key"], facts=facts)
     staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=_mkdir(caches.folder("graphs"))))
     return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging)
+
+
+def note_first_load(name: str, line: str) -> None:
+    """``line`` said once, on stderr, by the first process to load ``name``'s
+    saved graph (one compiled out of the user's sight says so when it is used)."""
+    if caches.enabled():
+        (_mkdir(caches.folder("graphs")) / (name + NOTE)).write_text(line)
+
+
+def _say_note(name: str) -> None:
+    note = caches.folder("graphs") / (name + NOTE)
+    try:
+        line = note.read_text()
+        note.unlink()  # (of two processes loading it at once, the one that removes it says it)
+    except OSError:
+        return
+    print(line, file=sys.stderr, flush=True)
 
 
 def _mkdir(path: Path) -> Path:

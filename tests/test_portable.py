@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -319,6 +319,36 @@ def test_a_background_compile_of_this_cpus_own_graph(tmp_path, monkeypatch):
                 m.setenv(key, value)
             portable.compile_own_in_background(options, "demo")
         assert len(started) == 1, env
+
+
+def test_the_first_run_to_load_the_background_compiled_graph_says_so(tmp_path, monkeypatch, capsys):
+    """The background child (``python -m model.portable own``) leaves a line for the run that first
+    loads the graph it saved: that run says it, later ones nothing."""
+    from max.driver import CPU
+
+    from model import saved_graphs
+    from model.gpt2 import opened
+    from model.portable import __main__ as make_and_check
+
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
+    monkeypatch.delenv("GPT2_MAX_SAVED_GRAPHS", raising=False)
+    compiled = []
+    monkeypatch.setattr("model.gpt2.load_gpt2", lambda checkpoint, options, **kwargs: compiled.append(options))
+    options = BuildOptions(device="cpu")
+    assert make_and_check.main(["own", json.dumps(asdict(options)), "demo"]) == 0
+    assert compiled == [options]
+    name = saved_graphs.graph_name(options, opened("demo", options)[2])
+    folder = tmp_path / "graphs" / name  # the saved graph, as the child's load_gpt2 would have left it
+    folder.mkdir()
+    (folder / saved_graphs.FACTS).write_text("{}")
+    (folder / saved_graphs.MANIFEST).write_text(json.dumps({"graphs": [{"key": "graph.mef"}]}))
+    capsys.readouterr()
+    saved_graphs.store_for(name, CPU())
+    said = capsys.readouterr().err
+    assert said.startswith(f"using this CPU's own graph ({portable.cpu.native_path(portable.cpu.flags())} kernels), "
+                           "compiled in the background by an earlier run in ") and said.count("\n") == 1
+    saved_graphs.store_for(name, CPU())
+    assert capsys.readouterr().err == ""
 
 
 def test_other_mojo_kernels_make_the_shipped_graph_stale(tmp_path, monkeypatch, capsys):

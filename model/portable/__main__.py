@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from model import caches, cpu, saved_graphs, targets
@@ -31,6 +32,23 @@ from model.portable import (
     shipped_config,
     shipped_facts,
 )
+
+
+def compile_own(options_json: str, checkpoint: str) -> int:
+    """The background compile of this CPU's own graph (``compile_own_in_background``'s
+    child): compiled and saved, and the run that first loads it told so in one line."""
+    from model.gpt2 import load_gpt2, opened
+    from model.options import BuildOptions
+
+    options = BuildOptions(**json.loads(options_json))
+    start = time.perf_counter()
+    load_gpt2(checkpoint, options, with_tokenizer=False)
+    _, _, graph_config = opened(checkpoint, options)
+    saved_graphs.note_first_load(
+        saved_graphs.graph_name(options, graph_config),
+        f"using this CPU's own graph ({cpu.native_path(cpu.flags())} kernels), compiled in the background "
+        f"by an earlier run in {time.perf_counter() - start:.0f} s")
+    return 0
 
 
 def empty_caches_env(folder: Path, **more: str) -> dict[str, str]:
@@ -196,11 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         return check()
     if args.command == "own":
-        from model.gpt2 import load_gpt2
-        from model.options import BuildOptions
-
-        load_gpt2(args.checkpoint, BuildOptions(**json.loads(args.options)), with_tokenizer=False)
-        return 0
+        return compile_own(args.options, args.checkpoint)
     if args.here:
         [model], [level] = args.model, args.target
         return make(model, args.checkpoint, TARGETS[level], args.out / model / level)
