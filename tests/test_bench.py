@@ -643,12 +643,14 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
     import subprocess
 
     from bench import portable
+    from weights import load_tokenizer
 
-    real_run_app, calls = portable.run_app, []
+    real_run_app, calls, prompts = portable.run_app, [], set()
 
-    def run_app(graph, model, new_tokens, folder):
+    def run_app(graph, model, new_tokens, folder, prompt=portable.PROMPT):
         assert model == str(portable.targets.checkpoint("demo"))  # the demo's own checkpoint
         calls.append(graph)
+        prompts.add(prompt)
         rate = {"shipped": 100.0, "own": 150.0}[graph] + len(calls)
         return {"decode_tokens_per_s": rate, "prefill_ms": 10.0, "compile_s": 0.0, "tokens": [1, 2, 3]}
 
@@ -658,13 +660,22 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
     # each untimed first, then the order swapped every round
     assert calls == ["shipped", "own", "shipped", "own", "own", "shipped", "shipped", "own"]
     out = capsys.readouterr().out
-    assert "own / shipped decode: 1.4" in out and "the same tokens: yes" in out
+    assert "own / shipped decode: 1.4" in out and "prefill: 1.00x as fast; the same tokens: yes" in out
+    assert prompts == {portable.PROMPT}
     assert json.loads((tmp_path / "p.json").read_text())["medians"]["own"]["decode_tokens_per_s"] == 155.0
     monkeypatch.setattr(portable, "run_app",
-                        lambda graph, model, n, folder: {**run_app(graph, model, n, folder), "tokens": [len(calls)]})
+                        lambda graph, model, n, folder, prompt: {**run_app(graph, model, n, folder, prompt),
+                                                                 "tokens": [len(calls)]})
     assert portable.main(["--rounds", "1"]) == 1 and "the same tokens: NO" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         portable.main(["--rounds", "0"])
+    # a longer prompt: the phrase repeated, cut to as many tokens as asked
+    monkeypatch.setattr(portable, "run_app", run_app)
+    prompts.clear()
+    assert portable.main(["--rounds", "1", "--prompt-tokens", "37"]) == 0
+    [prompt] = prompts
+    assert prompt.startswith(portable.PROMPT + " " + portable.PROMPT)
+    assert len(load_tokenizer(portable.targets.checkpoint("demo")).encode(prompt)) == 37
 
     # run_app reads the app's stderr: "not using the shipped ..." is not using it
     line = '{"tokens": [1], "decode_tokens_per_s": 1.0, "prefill_ms": 1.0, "compile_s": 0.0}'
