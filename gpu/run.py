@@ -92,7 +92,9 @@ def stages(python: str, device: str, logs: Path) -> dict[str, list[list[str]]]:
         # first run gives up on a CPU whose own kernel path is another (docs/gpu.md).
         "portable": [[python, "-m", "bench.portable", "--rounds", "5", "--json", str(logs / "portable.json")],
                      [python, "-m", "bench.portable", "--model", "gpt2", "--rounds", "5",
-                      "--json", str(logs / "portable-gpt2.json")]],
+                      "--json", str(logs / "portable-gpt2.json")],
+                     [python, "-m", "bench.portable", "--model", "gpt2", "--rounds", "3", "--prompt-tokens", "512",
+                      "--new-tokens", "16", "--json", str(logs / "portable-gpt2-512.json")]],
         # The suite as CI runs it (a worker per core, as memory allows), on the CPU (tests/conftest.py hides
         # the GPUs; the GPU's own tests run alone on the card in "tests" and "serve"): on a machine with empty
         # caches, a cold CI on that machine's cores. A line per test as it ends (-v), so a stage stopped at the
