@@ -156,6 +156,15 @@ def measure(name: str, command: list[str], model: str, texts: dict[int, list[str
         stop(process)
 
 
+def ours_env(steps_file: Path | None = None) -> dict[str, str]:
+    """What this project's server is started with: this CPU's own graphs, as the app's bench measures
+    (the ones shipped for a first start are x86-64-v3's: on a CPU with AVX-512 their kernels are the
+    avx2 ones); each step timed into ``steps_file`` when one is given."""
+    from model.portable import USE
+
+    return {USE: "0", **({step_times.VARIABLE: str(steps_file)} if steps_file else {})}
+
+
 def table(ours: list[dict], llama: list[dict] | None, baseline: str = "llama-server") -> str:
     lines = ["| concurrency | server | requests/s | output tokens/s | TTFT p50 (ms) | TTFT p99 (ms) | "
              f"tokens/s vs {baseline} |",
@@ -268,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "--linear", args.linear,
                                      *(["--", *args.serve_flag] if args.serve_flag else [])],
                        str(folder), texts, args.max_tokens, tokenizer, logs / "max-serve.log",
-                       {step_times.VARIABLE: str(steps_file)} if args.step_times else None)
+                       ours_env(steps_file if args.step_times else None))
         theirs = None  # the baseline's rows: llama-server, or HF generate with --hf-python
         try:  # a baseline that does not start loses its column, not this project's figures
             if bin_dir is not None:

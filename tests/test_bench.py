@@ -637,6 +637,17 @@ def test_a_mojo_program_is_built_once_per_source(tmp_path, monkeypatch):
     assert len(list(binary.parent.iterdir())) == 2  # no staging folder left
 
 
+def test_the_serving_bench_measures_this_cpus_own_graphs(tmp_path):
+    """bench.serve starts the server on this CPU's own graphs, never the ones shipped for a first
+    start (x86-64-v3's, whose kernels are the avx2 ones on an AVX-512 CPU), as the app's bench does."""
+    from bench.serve import ours_env
+    from model import portable
+    from serve import step_times
+
+    assert ours_env() == {portable.USE: "0"}
+    assert ours_env(tmp_path / "steps.jsonl") == {portable.USE: "0", step_times.VARIABLE: str(tmp_path / "steps.jsonl")}
+
+
 def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(tmp_path, monkeypatch, capsys):
     """bench.portable: the shipped graph against this CPU's own, alternated; a run that
     used the other graph, or tokens that differ, fail it (the real runs: the bench itself)."""
