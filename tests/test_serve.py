@@ -134,9 +134,9 @@ def test_models_lists_the_demo(server):
 
 
 def test_it_started_from_the_shipped_graphs_where_this_cpu_runs_them(server):
-    """On a CPU that runs x86-64-v3's code and whose own kernels take that path, the
-    server's two graphs come with the project (serve/shipped/): nothing compiled; on
-    any other, the log says why not and the engine compiles them."""
+    """On a CPU that runs x86-64-v3's code, whatever its own kernels' path, the server's
+    two graphs come with the project (serve/shipped/): nothing compiled; on any other,
+    the log says why not and the engine compiles them."""
     from serve import shipped
 
     log = server.log.read_text(errors="replace")
