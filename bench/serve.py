@@ -156,13 +156,14 @@ def measure(name: str, command: list[str], model: str, texts: dict[int, list[str
         stop(process)
 
 
-def ours_env(steps_file: Path | None = None) -> dict[str, str]:
-    """What this project's server is started with: this CPU's own graphs, as the app's bench measures
-    (the ones shipped for a first start are x86-64-v3's: on a CPU with AVX-512 their kernels are the
-    avx2 ones); each step timed into ``steps_file`` when one is given."""
+def ours_env(steps_file: Path | None = None, graphs: str = "own") -> dict[str, str]:
+    """What this project's server is started with: this CPU's own graphs by default, as the app's
+    bench measures (the ones shipped for a first start are x86-64-v3's: on a CPU with AVX-512 their
+    kernels are the avx2 ones), or ``graphs="shipped"``; each step timed into ``steps_file`` when one
+    is given."""
     from model.portable import USE
 
-    return {USE: "0", **({step_times.VARIABLE: str(steps_file)} if steps_file else {})}
+    return {USE: "0" if graphs == "own" else "1", **({step_times.VARIABLE: str(steps_file)} if steps_file else {})}
 
 
 def table(ours: list[dict], llama: list[dict] | None, baseline: str = "llama-server") -> str:
@@ -224,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="an interpreter with torch: the baseline is Hugging Face's generate in a loop, one request "
                         "at a time (bench/hf_server.py; float32, as the server), instead of llama-server")
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
+    p.add_argument("--graphs", default="own", choices=("own", "shipped"),
+                   help="this project's server on this CPU's own compiled graphs (default: compiled once, then "
+                        "MAX's cache), or on the x86-64-v3 graphs shipped for a first start (what a CPU with "
+                        "AVX-512 gives up with them)")
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="python -m serve --linear: this project's Mojo op (custom, default) or nn.Linear (course)")
     p.add_argument("--rounds", type=int, default=1,
@@ -277,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "--linear", args.linear,
                                      *(["--", *args.serve_flag] if args.serve_flag else [])],
                        str(folder), texts, args.max_tokens, tokenizer, logs / "max-serve.log",
-                       ours_env(steps_file if args.step_times else None))
+                       ours_env(steps_file if args.step_times else None, args.graphs))
         theirs = None  # the baseline's rows: llama-server, or HF generate with --hf-python
         try:  # a baseline that does not start loses its column, not this project's figures
             if bin_dir is not None:

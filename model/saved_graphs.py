@@ -280,8 +280,12 @@ def store_for(name: str, device, direct: bool = True) -> Store:
 def note_first_load(name: str, line: str) -> None:
     """``line`` said once, on stderr, by the first process to load ``name``'s
     saved graph (one compiled out of the user's sight says so when it is used)."""
-    if caches.enabled():
-        (_mkdir(caches.folder("graphs")) / (name + NOTE)).write_text(line)
+    if not caches.enabled():
+        return
+    note = _mkdir(caches.folder("graphs")) / (name + NOTE)
+    staging = note.with_name(f"{note.name}.{os.getpid()}")
+    staging.write_text(line)
+    os.replace(staging, note)  # whole or not there: a process loading the graph meanwhile never reads half
 
 
 def _say_note(name: str) -> None:

@@ -646,6 +646,7 @@ def test_the_serving_bench_measures_this_cpus_own_graphs(tmp_path):
 
     assert ours_env() == {portable.USE: "0"}
     assert ours_env(tmp_path / "steps.jsonl") == {portable.USE: "0", step_times.VARIABLE: str(tmp_path / "steps.jsonl")}
+    assert ours_env(graphs="shipped") == {portable.USE: "1"}  # --graphs shipped: what a first start gets
 
 
 def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(tmp_path, monkeypatch, capsys):
@@ -663,7 +664,8 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
         calls.append(graph)
         prompts.add(prompt)
         rate = {"shipped": 100.0, "own": 150.0}[graph] + len(calls)
-        return {"decode_tokens_per_s": rate, "prefill_ms": 10.0, "compile_s": 0.0, "tokens": [1, 2, 3]}
+        return {"decode_tokens_per_s": rate, "prefill_ms": 10.0, "compile_s": 0.0, "tokens": [1, 2, 3],
+                "prompt_tokens": 5}
 
     monkeypatch.setattr(portable, "run_app", run_app)
     monkeypatch.setattr(portable.portable, "cannot_run", lambda made_with, target: "")
@@ -673,7 +675,9 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
     out = capsys.readouterr().out
     assert "own / shipped decode: 1.4" in out and "prefill: 1.00x as fast; the same tokens: yes" in out
     assert prompts == {portable.PROMPT}
-    assert json.loads((tmp_path / "p.json").read_text())["medians"]["own"]["decode_tokens_per_s"] == 155.0
+    assert "3 rounds, a prompt of 5 tokens, 128 new tokens" in out
+    written = json.loads((tmp_path / "p.json").read_text())
+    assert written["medians"]["own"]["decode_tokens_per_s"] == 155.0 and written["prompt_tokens"] == 5
     monkeypatch.setattr(portable, "run_app",
                         lambda graph, model, n, folder, prompt: {**run_app(graph, model, n, folder, prompt),
                                                                  "tokens": [len(calls)]})

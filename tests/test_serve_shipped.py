@@ -75,7 +75,13 @@ def test_the_engine_gets_the_graphs_unpacked_once(new_project_cache, monkeypatch
     monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "")
     monkeypatch.setattr(InferenceSession, "default_mef_store", None)
     monkeypatch.setenv(OPTIONS, json.dumps({"device": "cpu"}))
-    assert "shipped compiled graphs (x86-64-v3" in shipped.prepare()
+    monkeypatch.setattr(shipped.cpu, "native_path", lambda cpu_flags=None: "avx2")
+    said = shipped.prepare()
+    assert "shipped compiled graphs (x86-64-v3" in said and portable.USE not in said
+    # a CPU whose own kernels take another path uses them too, and is told how to get its own
+    monkeypatch.setattr(shipped.cpu, "native_path", lambda cpu_flags=None: "avx512-vnni")
+    assert shipped.prepare().endswith(f"(this CPU's own kernel path is avx512-vnni, theirs avx2: {portable.USE}=0 "
+                                      "compiles this CPU's own)")
     store = InferenceSession.default_mef_store
     assert store is not None and not store.exporting
     folders = sorted((new_project_cache / "graphs").glob("serve-*"))
