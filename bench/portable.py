@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     medians = {graph: {key: statistics.median(r[key] for r in rs) for key in ("decode_tokens_per_s", "prefill_ms")}
                for graph, rs in runs.items()}
     same = len({tuple(r["tokens"]) for rs in runs.values() for r in rs}) == 1
-    prompt_tokens = runs["shipped"][0].get("prompt_tokens", "?")
+    prompt_tokens = runs["shipped"][0]["prompt_tokens"]  # (the app's JSON line always says it)
     print(f"\n{args.rounds} rounds, a prompt of {prompt_tokens} tokens, {args.new_tokens} new tokens, "
           f"{args.model} on {cpu.describe()}:")
     for graph, (what, _) in GRAPHS.items():
