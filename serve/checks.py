@@ -11,6 +11,14 @@ before any model code runs, and on the way it
 * answers a bad ``max_tokens``, ``temperature``, ``top_p``, ... or an unknown
   model with 400 "Value error.", the reason only in the server's log (so does
   its chat route, for a model without a chat template: GPT-2);
+* hands the engine token ids past the vocabulary (the model worker dies on
+  them, and the whole server with it) and a ``top_k`` of any size (one near
+  2**40 does the same); fails with a 500 on a negative id, an empty prompt, a
+  body nested too deeply, and answers malformed JSON with "Missing JSON.";
+* reads NaN and Infinity, which JSON has not (a NaN ``top_p`` passes its range
+  checks), and a refusal of its schema's is a dozen lines;
+* has other POST routes (embeddings, speech, SageMaker's, ...) that hand the
+  engine requests of tasks GPT-2 has not;
 * stops at a ``stop`` string but returns the text with it (and at times the
   token after it), where OpenAI returns the text before it;
 * returns an ``echo`` request's completion without the prompt before it;
@@ -19,10 +27,13 @@ before any model code runs, and on the way it
 
 ``CompletionChecks`` is an ASGI middleware around MAX's app (serve/engine.py
 puts it there): it reads the request body, refuses what the engine would
-ignore or hide with a 400 naming the field, rewrites ``seed: 0`` into a seed
-of its own, cuts each choice's text at the first stop string, streamed or
-not, with ``echo`` puts the prompt before it, sets ``logprobs`` to null where
-none were asked for, and answers vLLM's tokenizer routes itself
+ignore, hide or fail on with a 400 naming the field (in one line; MAX's route
+is handed only bodies it reads as a request GPT-2 can serve), answers the
+POST routes of other tasks with a 404, rewrites ``seed: 0`` into a seed of
+its own and a ``top_k`` past the vocabulary into every token, cuts each
+choice's text at the first stop string, streamed or not, with ``echo`` puts
+the prompt before it, sets ``logprobs`` to null where none were asked for,
+and answers vLLM's tokenizer routes itself
 (serve/tokenizer_routes.py). Every other request and response passes through
 unchanged.
 """
@@ -30,6 +41,7 @@ unchanged.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from model.max_internals import openai_error_body
@@ -37,6 +49,12 @@ from serve import tokenizer_routes
 
 PATH = "/v1/completions"
 CHAT_PATH = "/v1/chat/completions"
+# POST routes of MAX's app handed on as they come: they reach no model. Its
+# other POST routes (embeddings, speech, LoRA adapters, SageMaker's, ...)
+# would hand the engine requests of tasks GPT-2 has not, and are answered 404.
+PASSED_ON = ("/reset_prefix_cache",)
+NOT_SERVED = ("POST {path} is not served here: this server serves GPT-2's completions, POST " + PATH +
+              " (and vLLM's POST /tokenize and /detokenize)")
 NO_CHAT = ("GPT-2 has no chat template, so this server has no chat completions: send the text to continue "
            "to /v1/completions")
 # The seed ``seed: 0`` is sent on as. MAX draws a missing seed from
@@ -50,48 +68,148 @@ SEED_LIMIT = 2**63 - 1
 # given back in the request's names.
 SAMPLING_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
                    "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
-                   "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens",
-                   "min_new_tokens": "min_tokens"}
+                   "repetition_penalty": "repetition_penalty", "thinking_temperature": "thinking_temperature",
+                   "max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
 
 
 class Refused(Exception):
     """A request this server answers with 400 and this message."""
 
 
-def check_request(body: Any, served: str) -> Any:
-    """The body to hand MAX's route, or Refused naming what is wrong.
+EMPTY_PROMPT = "prompt is empty: GPT-2 continues text, so send at least one token of it"
+PROMPT_SHAPE = "prompt must be a text, a list of texts, a list of token ids, or a list of lists of token ids"
 
-    ``served`` is the model name clients use (``--served-model-name``).
-    Bodies that are not a JSON object are left to the route's own errors."""
+
+def parse_body(raw: bytes) -> dict:
+    """The request's JSON object, or Refused saying what is wrong with the body.
+
+    JSON as RFC 8259 has it: UTF-8, and no NaN or Infinity (Python's json reads
+    them, and a NaN ``top_p`` passes the engine's range checks)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Refused(f"the body is not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})") from None
+    try:
+        body = json.loads(text, parse_constant=not_a_number, parse_float=finite)
+    except RecursionError:
+        raise Refused("the body is JSON nested too deeply to be a request") from None
+    except ValueError as exc:  # not JSON; a number out of range
+        raise Refused(f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
-        return body
-    for field in ("n", "best_of"):
-        if body.get(field) not in (None, 1):
-            raise Refused(f"{field}={body[field]!r} is not supported by this server: it returns one completion per "
-                          "prompt; send the request again (with another seed) for another sample")
-    if body.get("logit_bias"):
-        raise Refused("logit_bias is not supported by this server (the engine would ignore it)")
-    if body.get("suffix"):
-        raise Refused("suffix is not supported: GPT-2 continues text, it does not fill in between a prompt "
-                      "and a suffix")
-    prompt = body.get("prompt")
-    if body.get("stream") and isinstance(prompt, list) and len(prompt) > 1 and not isinstance(prompt[0], int):
-        raise Refused(f"stream takes one prompt, this request has {len(prompt)}: stream each on its own, "
-                      "or send them together without stream")
-    model = body.get("model")
-    if model and model != served:
-        raise Refused(f"model {model!r} is not served here; this server serves {served!r}")
-    seed = body.get("seed")
-    if isinstance(seed, int) and not isinstance(seed, bool):  # other types: the route's own validation
-        if not 0 <= seed <= SEED_LIMIT:
-            raise Refused(f"seed must be an integer from 0 to {SEED_LIMIT}, was {seed!r}")
-        if seed == 0:
-            body = {**body, "seed": SEED_ZERO}
-    check_sampling(body)
+        raise Refused(f"the body must be a JSON object (a request), was {shown(body)}")
     return body
 
 
-def check_sampling(body: dict) -> None:
+def not_a_number(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON has")
+
+
+def finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of a number's range")
+    return value
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``value`` as the client wrote it, cut to ``limit`` characters: error messages stay one short line."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_token_ids(field: str, ids: list[int], vocab: int) -> None:
+    """Ids past the embedding table end the model worker (an out-of-range
+    gather); negative ones fail in the detokenizer."""
+    wrong = [t for t in ids if not 0 <= t < vocab]
+    if wrong:
+        raise Refused(f"{field}: token ids must be in [0, {vocab}); got {wrong[:5]}")
+
+
+def check_prompt(prompt: Any, vocab: int) -> None:
+    """A text, texts, token ids, or lists of token ids, none of them empty;
+    checked here rather than by the route's schema, whose refusal lists a
+    failure for each of the four shapes."""
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt)):
+        return  # texts: an empty one is the tokenizer's to refuse (serve/tokenizer.py)
+    if not isinstance(prompt, list):
+        raise Refused(f"{PROMPT_SHAPE}, was {shown(prompt)}")
+    if not prompt:
+        raise Refused(EMPTY_PROMPT)
+    for ids in [prompt] if all(map(is_token_id, prompt)) else prompt:
+        if not isinstance(ids, list) or not all(map(is_token_id, ids)):
+            raise Refused(f"{PROMPT_SHAPE}, was {shown(prompt)}")
+        if not ids:
+            raise Refused(EMPTY_PROMPT)
+        check_token_ids("prompt", ids, vocab)
+
+
+def validated(body: dict):
+    """``body`` as MAX's route reads it (its own request schema), or Refused
+    naming the first field that schema refuses, in one line."""
+    from max.serve.schemas.openai import CreateCompletionRequest
+    from pydantic import ValidationError
+
+    try:
+        return CreateCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+    field = ".".join(map(str, error["loc"]))
+    if error["type"] == "missing":
+        raise Refused(f"{field} is required")
+    if error["type"] == "extra_forbidden":
+        raise Refused(f"{field} is not a field of a completion request")
+    raise Refused(f"{field}: {error['msg']}, was {shown(error['input'])}")
+
+
+def check_request(body: dict, served: str, vocab: int) -> dict:
+    """The body to hand MAX's route, or Refused naming what is wrong.
+
+    ``served`` is the model name clients use (``--served-model-name``);
+    ``vocab`` the model's vocabulary size (its token ids are 0..vocab-1)."""
+    if "prompt" in body:
+        check_prompt(body["prompt"], vocab)
+    stop = body.get("stop")
+    if not (stop is None or isinstance(stop, str) or
+            (isinstance(stop, list) and all(isinstance(s, str) for s in stop))):
+        raise Refused(f"stop must be a text or a list of texts, was {shown(stop)}")
+    request = validated(body)
+    for field in ("n", "best_of"):
+        if getattr(request, field) not in (None, 1):
+            raise Refused(f"{field}={body[field]!r} is not supported by this server: it returns one completion per "
+                          "prompt; send the request again (with another seed) for another sample")
+    if request.logit_bias:
+        raise Refused("logit_bias is not supported by this server (the engine would ignore it)")
+    if request.suffix:
+        raise Refused("suffix is not supported: GPT-2 continues text, it does not fill in between a prompt "
+                      "and a suffix")
+    for field in ("target_endpoint", "dkv_cache_hint"):
+        if getattr(request, field):
+            raise Refused(f"{field} is for MAX's disaggregated serving, which this server does not run")
+    prompt = body.get("prompt")
+    if request.stream and isinstance(prompt, list) and len(prompt) > 1 and not is_token_id(prompt[0]):
+        raise Refused(f"stream takes one prompt, this request has {len(prompt)}: stream each on its own, "
+                      "or send them together without stream")
+    if request.model and request.model != served:
+        raise Refused(f"model {request.model!r} is not served here; this server serves {served!r}")
+    check_token_ids("stop_token_ids", request.stop_token_ids or [], vocab)
+    if request.seed is not None:
+        if not 0 <= request.seed <= SEED_LIMIT:
+            raise Refused(f"seed must be an integer from 0 to {SEED_LIMIT}, was {request.seed!r}")
+        if request.seed == 0:
+            body = {**body, "seed": SEED_ZERO}
+    check_sampling(request)
+    if request.top_k is not None and request.top_k > vocab:
+        # Every token, as top_k -1 asks; a larger top_k sizes the sampler's
+        # buffers by it, and one near 2**40 ends the model worker.
+        body = {**body, "top_k": -1}
+    return body
+
+
+def check_sampling(request) -> None:
     """The engine's own checks of the sampling settings (SamplingParams, the
     ones its route runs), with their reasons passed on instead of hidden."""
     from max.pipelines.context.sampling_params import (
@@ -100,10 +218,8 @@ def check_sampling(body: dict) -> None:
         SamplingParamsInput,
     )
 
-    # Numbers only: anything else (a string the route's schema may coerce, a
-    # wrong type) is left to the route's own validation, which names it.
-    given = {name: body[field] for name, field in SAMPLING_FIELDS.items()
-             if isinstance(body.get(field), (int, float)) and not isinstance(body.get(field), bool)}
+    given = {name: getattr(request, field) for name, field in SAMPLING_FIELDS.items()
+             if getattr(request, field) is not None}
     try:
         SamplingParams.from_input_and_generation_config(SamplingParamsInput(**given),
                                                         SamplingParamsGenerationConfigDefaults())
@@ -195,15 +311,17 @@ async def respond(send, status: int, payload: Any) -> None:
 class CompletionChecks:
     """ASGI middleware: ``check_request`` before MAX's completions route;
     the stop strings cut from what it returns, and with ``echo`` the prompt
-    put before each choice's text. ``served``: the model's name; ``echo``:
+    put before each choice's text. ``served``: the model's name; ``vocab``:
+    its vocabulary size (token ids are 0..vocab-1); ``echo``:
     whether the network was built to score prompts (``python -m serve
     --echo``); ``max_bytes``: MAX's request size limit (its own middleware,
     inside this one, answers 413 past it: a body that large is handed on
     unread)."""
 
-    def __init__(self, app, served: str, echo: bool = False, max_bytes: int = 0) -> None:
+    def __init__(self, app, served: str, vocab: int, echo: bool = False, max_bytes: int = 0) -> None:
         self.app = app
         self.served = served
+        self.vocab = vocab
         self.echo = echo
         self.max_bytes = max_bytes
 
@@ -211,12 +329,15 @@ class CompletionChecks:
         return getattr(self.app, name)  # app.state, app.routes, ... for whoever holds the app
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and (scope.get("method"), scope.get("path")) in tokenizer_routes.ROUTES:
+        route = (scope.get("method"), scope.get("path"))
+        if scope["type"] == "http" and route in tokenizer_routes.ROUTES:
             return await self.tokenizer_route(scope, receive, send)
-        if scope["type"] != "http" or scope.get("method") != "POST" or scope.get("path") not in (PATH, CHAT_PATH):
+        if scope["type"] != "http" or route[0] != "POST" or route[1] in PASSED_ON:
             return await self.app(scope, receive, send)
-        if scope["path"] == CHAT_PATH:  # MAX would answer "Value error."
+        if route[1] == CHAT_PATH:  # MAX would answer "Value error."
             return await refuse(send, NO_CHAT)
+        if route[1] != PATH:
+            return await respond(send, 404, openai_error_body(404, NOT_SERVED.format(path=route[1])))
         if self.too_large(declared_length(scope)):
             return await self.app(scope, receive, send)
         parts, messages, size = [], [], 0
@@ -224,7 +345,7 @@ class CompletionChecks:
             message = await receive()
             messages.append(message)
             if message["type"] != "http.request":
-                break  # a disconnect: hand it on as it came
+                return await self.app(scope, replaying(messages, receive), send)  # a disconnect: handed on
             parts.append(message.get("body", b""))
             size += len(parts[-1])
             if self.too_large(size):
@@ -232,23 +353,17 @@ class CompletionChecks:
             if not message.get("more_body"):
                 break
         try:
-            body = json.loads(b"".join(parts))
-        except (ValueError, UnicodeDecodeError):
-            body = None  # MAX's own "Missing JSON."
-        edits = None
-        if isinstance(body, dict):
-            try:
-                checked = check_request(body, self.served)
-                if checked.get("echo") and not self.echo:
-                    raise Refused(NO_ECHO)
-            except Refused as exc:
-                return await refuse(send, str(exc))
-            if checked is not body:
-                messages = [{"type": "http.request", "body": json.dumps(checked).encode(), "more_body": False}]
-            stops = stop_strings(checked)
-            echoed = await self.prompt_texts(checked) if checked.get("echo") else None
-            edits = Edits(stops, echoed, logprobs=checked.get("logprobs") is not None)
-        await self.app(scope, replaying(messages, receive), send if edits is None else ResponseEditor(send, edits))
+            body = parse_body(b"".join(parts))
+            checked = check_request(body, self.served, self.vocab)
+            if checked.get("echo") and not self.echo:
+                raise Refused(NO_ECHO)
+        except Refused as exc:
+            return await refuse(send, str(exc))
+        if checked is not body:
+            messages = [{"type": "http.request", "body": json.dumps(checked).encode(), "more_body": False}]
+        echoed = await self.prompt_texts(checked) if checked.get("echo") else None
+        edits = Edits(stop_strings(checked), echoed, logprobs=checked.get("logprobs") is not None)
+        await self.app(scope, replaying(messages, receive), ResponseEditor(send, edits))
 
     async def tokenizer_route(self, scope, receive, send) -> None:
         """vLLM's /tokenizer_info, /tokenize and /detokenize (serve/tokenizer_routes.py)."""
@@ -261,33 +376,24 @@ class CompletionChecks:
             if message["type"] != "http.request" or not message.get("more_body"):
                 break
         try:
-            body = json.loads(raw) if raw else {}
-        except (ValueError, UnicodeDecodeError):
-            return await refuse(send, "the body is not JSON")
-        try:
+            body = parse_body(raw) if raw else {}
             payload = tokenizer_routes.answer(scope["method"], scope["path"], body,
                                               self.app.state.pipeline.tokenizer, self.served)
-        except tokenizer_routes.BadRequest as exc:
+        except (Refused, tokenizer_routes.BadRequest) as exc:
             return await refuse(send, str(exc))
         await respond(send, 200, payload)
 
     def too_large(self, size: int | None) -> bool:
         return bool(self.max_bytes) and size is not None and size > self.max_bytes
 
-    async def prompt_texts(self, body: dict) -> list[str] | None:
-        """Each prompt of the request as text (token ids decoded by the
-        served tokenizer), in the order of the choices; None if the prompt
-        is malformed (the route answers that with a 400 of its own)."""
-        prompt = body.get("prompt")
-        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
+    async def prompt_texts(self, body: dict) -> list[str]:
+        """Each prompt of the request (checked: check_prompt) as text, token
+        ids decoded by the served tokenizer, in the order of the choices."""
+        prompt = body["prompt"]
+        if isinstance(prompt, str) or is_token_id(prompt[0]):
             prompt = [prompt]
-        if not isinstance(prompt, list):
-            return None
         tokenizer = self.app.state.pipeline.tokenizer
-        try:
-            return [p if isinstance(p, str) else await tokenizer.decode(p) for p in prompt]
-        except Exception:  # ids that are no tokens, a prompt of the wrong shape: the route says what
-            return None
+        return [p if isinstance(p, str) else await tokenizer.decode(p) for p in prompt]
 
 
 def declared_length(scope) -> int | None:

@@ -31,9 +31,10 @@ def with_checks(make_app):
         # (seconds) that the metrics worker never uses.
         from serve.model_config import served_options
 
-        served = serving_settings.pipeline_config.model.model_name  # --served-model-name, else the path
-        return CompletionChecks(make_app(settings, serving_settings), served, served_options().every_position,
-                                settings.max_request_bytes)
+        model = serving_settings.pipeline_config.model
+        served = model.model_name  # --served-model-name, else the path
+        return CompletionChecks(make_app(settings, serving_settings), served, model.huggingface_config.vocab_size,
+                                served_options().every_position, settings.max_request_bytes)
 
     return make
 

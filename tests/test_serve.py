@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 from checkpoints import STEP_07_EDITS, demo_reference, edited_learner_tree, greedy, learner_tree, traced_digest_in
 from conftest import run_python
+from test_serve_checks import FUZZ_SEED, HOSTILE, fuzz_bodies, raw
 
 from bench.serve import NotReady, free_port, group_alive, stop, wait_ready
 from serve import step_times
@@ -568,6 +569,11 @@ NAMED = [
     ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "logit_bias": {"11": -100}}, "logit_bias is not supported"),
     ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "suffix": "!"}, "suffix is not supported"),
     ({"model": MODEL, "prompt": ["Hello", "Bye"], "max_tokens": 5, "stream": True}, "stream takes one prompt"),
+    # A stop string is tokenized with the prompt's length check: it is named, not the prompt.
+    ({"model": MODEL, "prompt": "Hello", "max_tokens": 5, "stop": "x" * 100_000},
+     "a stop string of 12500 tokens is longer than this model's context length of 256"),
+    ({"model": MODEL, "prompt": "Hello", "max_tokens": 2, "min_tokens": 10}, "min_tokens (10) must not be more than"),
+    ({"model": MODEL, "prompt": "Hello", "min_tokens": 300}, "min_tokens (300) + prompt_len (1) must be less than"),
 ]
 
 
@@ -618,6 +624,51 @@ def test_chat_completions_are_refused_with_a_reason(server):
                          path="/v1/chat/completions")
     assert 400 <= status < 500, (status, error)
     assert "no chat template" in error["error"]["message"], error
+
+
+def status_of(server, data: bytes, path: str = "/v1/completions") -> int:
+    """The status of one request, its answer (a stream too) read to the end."""
+    request = urllib.request.Request(server.base + path, data=data, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        e.read()
+        return e.code
+
+
+@pytest.mark.parametrize("body, path, named", HOSTILE, ids=lambda v: v[:40] if isinstance(v, str) else None)
+def test_hostile_requests_are_refused_naming_why_and_the_server_keeps_serving(server, client, body, path, named):
+    """What tests/test_serve_checks.py's checks refuse, sent to the server: token ids past the
+    vocabulary ended its model worker, and the rest were 500s."""
+    status, error = post(server, raw(body), path=path)
+    assert status in (400, 404) and named in error["error"]["message"], (status, error)
+    assert complete(client, "And", 3, temperature=0).choices[0].text
+
+
+def test_a_top_k_past_the_vocabulary_is_served(server, client):
+    """Sent on as every token: as it came, 2**40 sized the sampler's buffers and ended the worker."""
+    assert complete(client, "And", 3, extra_body={"top_k": 2**40}).choices[0].text
+
+
+FUZZED = 1000
+
+
+def test_a_seeded_fuzz_of_a_thousand_requests_leaves_the_server_serving(server, client):
+    """tests/test_serve_checks.py's fuzz of the completion fields (another seed), four clients at
+    once: every answer a 200 or a 4xx, and the server serves a good request afterwards."""
+    bodies = fuzz_bodies(FUZZ_SEED + 1, FUZZED)
+    start = time.monotonic()
+    with ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(lambda data: status_of(server, data), bodies))
+    print(f"\n{FUZZED} fuzzed requests in {time.monotonic() - start:.1f} s: "
+          f"{statuses.count(200)} served, {sum(400 <= s < 500 for s in statuses)} refused")
+    wrong = [(status, data[:200]) for status, data in zip(statuses, bodies)
+             if not (status == 200 or 400 <= status < 500)]
+    assert not wrong, wrong[:5]
+    assert complete(client, "And", 3, temperature=0).choices[0].text
+    assert "Worker crashed" not in server.log.read_text(errors="replace")
 
 
 def test_a_client_leaving_mid_stream_does_not_disturb_others(server, client):

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("max.serve")
-from serve.checks import SEED_ZERO, CompletionChecks, held_back
+from serve.checks import PROMPT_SHAPE, SEED_ZERO, CompletionChecks, held_back
 
 MODEL = "demo"
+VOCAB = 50257  # GPT-2's: token ids 0..50256
 
 
 class Tokenizer:
@@ -66,7 +68,7 @@ def streamed(texts: list[str], finish: str = "stop", usage: bool = True, logprob
 
 
 def call(body, route: Route, path="/v1/completions", chunks: int = 2, echo: bool = False, max_bytes: int = 0,
-         headers: list | None = None) -> tuple[int, dict[bytes, bytes], bytes]:
+         headers: list | None = None, method: str = "POST") -> tuple[int, dict[bytes, bytes], bytes]:
     """Sends ``body`` (split over ``chunks`` messages) through the checks."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     step = max(1, len(raw) // chunks)
@@ -80,8 +82,8 @@ def call(body, route: Route, path="/v1/completions", chunks: int = 2, echo: bool
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": path, "headers": headers or []}
-    asyncio.run(CompletionChecks(route, MODEL, echo=echo, max_bytes=max_bytes)(scope, receive, send))
+    scope = {"type": "http", "method": method, "path": path, "headers": headers or []}
+    asyncio.run(CompletionChecks(route, MODEL, VOCAB, echo=echo, max_bytes=max_bytes)(scope, receive, send))
     start = sent[0]
     return start["status"], dict(start.get("headers", [])), b"".join(m.get("body", b"") for m in sent[1:])
 
@@ -141,14 +143,16 @@ def test_chat_completions_are_refused_saying_why():
     assert "no chat template" in json.loads(content)["error"]["message"]
 
 
-def test_other_paths_and_bodies_that_are_not_json_pass_through():
-    for path in ("/v1/models", "/v1/embeddings"):
+def test_other_routes_pass_through_and_post_routes_of_other_tasks_are_not_served():
+    for method, path in (("GET", "/v1/models"), ("GET", "/v1/completions"), ("POST", "/reset_prefix_cache")):
         route = Route()
-        status, _, _ = call({**BASE, "n": 5}, route, path=path)
+        status, _, _ = call({**BASE, "n": 5}, route, path=path, method=method)
         assert status == 200 and route.got == {**BASE, "n": 5}
-    route = Route(whole({"error": "Missing JSON."}))
-    status, _, content = call(b"{not json", route)
-    assert route.got == b"{not json" and json.loads(content) == {"error": "Missing JSON."}
+    for path in ("/v1/embeddings", "/v1/audio/speech", "/invocations", "/v1/load_lora_adapter", "/v1/completion"):
+        route = Route()
+        status, _, content = call({"model": MODEL, "input": "Hi"}, route, path=path)
+        assert status == 404 and route.got is None, path
+        assert f"POST {path} is not served here" in json.loads(content)["error"]["message"]
 
 
 def test_a_whole_completion_is_cut_before_the_first_stop_string():
@@ -240,9 +244,9 @@ def test_echo_streamed_and_cut_at_a_stop_string():
     assert [c["finish_reason"] for c in choices if c["finish_reason"]] == ["stop"]
 
 
-def test_logprobs_are_null_unless_asked_for_and_a_malformed_prompt_is_left_to_the_route():
+def test_logprobs_are_null_unless_asked_for_and_a_malformed_prompt_is_refused():
     """MAX sends empty logprobs lists when none were asked for; OpenAI's API (and so its
-    clients) has null there. A prompt that cannot be echoed reaches the route, which refuses it."""
+    clients) has null there."""
     empty = {"token_logprobs": [], "top_logprobs": [], "tokens": [], "text_offset": []}
     for extra, echo in (({"echo": True}, True), ({}, False)):
         route = Route(whole({"choices": [{"index": 0, "text": " x", "finish_reason": "length", "logprobs": empty}]}))
@@ -257,9 +261,7 @@ def test_logprobs_are_null_unless_asked_for_and_a_malformed_prompt_is_left_to_th
     _, _, content = call({**BASE, "logprobs": 1}, route)
     assert json.loads(content)["choices"][0]["logprobs"] == asked
     for prompt in (5, {"a": 1}):
-        route = Route()
-        status, _, _ = call({**BASE, "prompt": prompt, "echo": True}, route, echo=True)
-        assert status == 200 and route.got["prompt"] == prompt  # the stand-in answers what MAX would refuse
+        assert PROMPT_SHAPE in error_of({**BASE, "prompt": prompt, "echo": True})
 
 
 def test_a_body_past_max_s_size_limit_is_handed_on_unread_for_max_to_refuse():
@@ -312,7 +314,7 @@ def tokenizer_call(path: str, body=None, method: str = "POST") -> tuple[int, dic
         sent.append(message)
 
     scope = {"type": "http", "method": method, "path": path, "headers": []}
-    asyncio.run(CompletionChecks(route, MODEL)(scope, receive, send))
+    asyncio.run(CompletionChecks(route, MODEL, VOCAB)(scope, receive, send))
     assert route.got is None, "a tokenizer route must not reach the engine"
     return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
 
@@ -331,3 +333,170 @@ def test_the_tokenizer_routes_answer_as_vllm_s_do():
                               ("/detokenize", {"tokens": "Hi"}, "a list of token ids")]:
         status, out = tokenizer_call(path, body)
         assert status == 400 and named in out["error"]["message"], out
+
+
+# --- Hostile requests: refused by name, and never an engine's crash --------------------------------
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+# (body as JSON, or raw bytes; path; the words the 400 or 404 must hold). Each one answered 500
+# before these checks, and ids past the vocabulary ended the model worker. tests/test_serve.py
+# sends each to a running server too.
+HOSTILE = [
+    ({**BASE, "prompt": [50257]}, "/v1/completions", "prompt: token ids must be in [0, 50257); got [50257]"),
+    ({**BASE, "prompt": [[1, 2], [2**64]]}, "/v1/completions", "token ids must be in [0, 50257)"),
+    ({**BASE, "prompt": [-1]}, "/v1/completions", "prompt: token ids must be in [0, 50257); got [-1]"),
+    ({**BASE, "prompt": [1e23]}, "/v1/completions", PROMPT_SHAPE),
+    ({**BASE, "prompt": []}, "/v1/completions", "prompt is empty"),
+    ({**BASE, "prompt": [[]]}, "/v1/completions", "prompt is empty"),
+    ({**BASE, "stop": 5}, "/v1/completions", "stop must be a text or a list of texts, was 5"),
+    ({**BASE, "stop_token_ids": [2**70]}, "/v1/completions", "stop_token_ids: token ids must be in [0, 50257)"),
+    ({**BASE, "seed": 1.5}, "/v1/completions", "seed: Input should be a valid integer"),
+    ({**BASE, "max_tokens": None, "foo": 1}, "/v1/completions", "foo is not a field of a completion request"),
+    ({"prompt": "Hi"}, "/v1/completions", "model is required"),
+    ({**BASE, "target_endpoint": "http://x"}, "/v1/completions", "target_endpoint is for MAX's disaggregated"),
+    ({**BASE, "thinking_temperature": -1}, "/v1/completions", "thinking_temperature must be in [0.0, 2.0]"),
+    ({"model": MODEL, "input": "Hi"}, "/v1/embeddings", "POST /v1/embeddings is not served here"),
+    (DEEP, "/v1/completions", "nested too deeply"),
+    (b'{"model": "demo", "prompt": ' + DEEP + b"}", "/v1/completions", "nested too deeply"),
+    (b"{not json", "/v1/completions", "the body is not JSON: Expecting property name enclosed in double quotes"),
+    (b'{"model": "demo", "prompt": "\xff\xfe"}', "/v1/completions", "not UTF-8 text (byte 0xff at offset 29)"),
+    (b'{"model": "demo", "prompt": "Hi", "top_p": NaN}', "/v1/completions", "NaN is not a number JSON has"),
+    (b'{"model": "demo", "prompt": "Hi", "top_p": 1e999}', "/v1/completions", "1e999 is out of a number's range"),
+    (b'[{"model": "demo", "prompt": "Hi"}]', "/v1/completions", "the body must be a JSON object"),
+    (b"", "/v1/completions", "the body is not JSON"),
+]
+
+
+def raw(body) -> bytes:
+    return body if isinstance(body, bytes) else json.dumps(body).encode()
+
+
+@pytest.mark.parametrize("body, path, named", HOSTILE, ids=lambda v: v[:40] if isinstance(v, str) else None)
+def test_hostile_requests_are_refused_naming_why_before_the_engine(body, path, named):
+    route = Route()
+    status, _, content = call(raw(body), route, path=path)
+    message = json.loads(content)["error"]["message"]
+    assert status in (400, 404) and route.got is None, (status, message)
+    assert named in message and "\n" not in message and len(message) < 300, message
+
+
+def test_a_top_k_past_the_vocabulary_is_every_token():
+    """A top_k sizes the sampler's buffers: one near 2**40 ended the model worker."""
+    route = Route()
+    call({**BASE, "top_k": 2**40}, route)
+    assert route.got["top_k"] == -1
+    call({**BASE, "top_k": VOCAB}, route)
+    assert route.got["top_k"] == VOCAB
+
+
+# --- A seeded fuzz over the completion fields ------------------------------------------------------
+
+GOOD_PROMPTS = ["And it came to pass", " ", "\n\n", "é" * 3, [464, 1110, 318], [50256], [0], [[464], [11, 290]],
+                ["In the", "And"]]
+TEXTS = ["", "\u0000", "\ud800", "x " * 300]
+IDS = [0, 50256, 50257, -1, 2**31, 2**63, 2**64, 1.5, 1e23, True, None, "5"]
+# Values for each field, the good with the bad. Good ones keep a completion short: the fuzz also runs
+# against a server.
+FIELDS = {
+    "model": [MODEL, MODEL, "gpt-4", "", None, 5, ["demo"]],
+    "max_tokens": [1, 2, 4, 0, -1, 10**12, 2**63, 1.5, "3", True, [], "x"],
+    "temperature": [0, 0.7, 1, 2, 2.0001, -1, 1e-308, 5e-324, 1e308, "0.5", True, None, float("nan")],
+    "top_p": [0, 1e-300, 0.5, 1, 1.0001, -0.1, float("inf"), None],
+    "top_k": [-2, -1, 0, 1, 50, VOCAB, VOCAB + 1, 2**31, 2**40, 2**63, 2**64, 1.5],
+    "min_p": [0, 0.5, 1, -0.1, 1.1, float("nan")],
+    "frequency_penalty": [-2, 0, 2, 2.5, -3, 1e30],
+    "presence_penalty": [-2, 0, 1.5, 3],
+    "repetition_penalty": [0, 1e-300, 1, 1.2, 1e300, -1],
+    "seed": [0, 1, 7, 2**63 - 1, 2**63, -1, 1.5, "7", True, None],
+    "stop": ["\n", [" the", ","], "", [], 5, [5], {"a": 1}, "x" * 1000, ["x"] * 20, None, [None]],
+    "stop_token_ids": [[0], [50256], [VOCAB], [-1], [2**70], "x", [1.5], []],
+    "n": [1, 2, 0, -1, None],
+    "best_of": [1, 3, None],
+    "logprobs": [0, 1, 5, 7, 8, -1, 100, None, True],
+    "echo": [True, False, None, "yes"],
+    "stream": [True, False, None, 1],
+    "stream_options": [{"include_usage": True}, {"x": 1}, "x", None],
+    "min_tokens": [0, 1, 3, 10, 1000, -1],
+    "ignore_eos": [True, False, "yes", None],
+    "logit_bias": [{}, {"5": 10}, {"x": "y"}, None],
+    "suffix": ["", "end", None, 3],
+    "user": ["u", 5, None],
+    "return_token_ids": [True, False],
+    "cache_salt": ["s", "x" * 600],
+    "target_endpoint": ["tcp://127.0.0.1:1", "http://x", None],
+    "dkv_cache_hint": [{}, {"x": 1}, None],
+    "thinking_temperature": [0.5, -1, None],
+    "reasoning": [{"effort": "high"}, {"x": 1}, None],
+    "foo": [1],
+}
+
+
+def fuzz_prompt(rng: random.Random):
+    """Mostly a good prompt; else a bad or an odd one, of any shape."""
+    if rng.random() < 0.7:
+        return rng.choice(GOOD_PROMPTS)
+    return rng.choice([
+        lambda: rng.choice(TEXTS),
+        lambda: rng.sample(TEXTS + GOOD_PROMPTS[:2], rng.randint(0, 3)),
+        lambda: [rng.choice(IDS) if rng.random() < 0.3 else rng.randrange(VOCAB) for _ in range(rng.randint(0, 5))],
+        lambda: [[rng.choice(IDS) if rng.random() < 0.2 else rng.randrange(VOCAB) for _ in range(rng.randint(0, 3))]
+                 for _ in range(rng.randint(0, 3))],
+        lambda: [rng.randrange(VOCAB) for _ in range(300)],  # longer than the demo's window of 256
+        lambda: rng.choice([None, 5, {"text": "Hi"}, [["Hi"]], [1, "a"], [[1], "a"]]),
+    ])()
+
+
+def fuzz_body(rng: random.Random) -> bytes:
+    """One request for /v1/completions: a good one with some fields set to any of their values
+    (or dropped); now and then its bytes spoiled."""
+    body = {"model": MODEL, "prompt": fuzz_prompt(rng), "max_tokens": rng.randint(1, 4)}
+    for field in rng.sample(list(FIELDS), rng.randint(0, 4)):
+        body[field] = rng.choice(FIELDS[field])
+    if rng.random() < 0.05:
+        del body[rng.choice(["model", "prompt"])]
+    data = json.dumps(body).encode()
+    spoil = rng.random()
+    if spoil < 0.03:
+        return data[:rng.randrange(len(data))]  # cut short
+    if spoil < 0.06:
+        at = rng.randrange(len(data))
+        return data[:at] + bytes([rng.choice([0x80, 0xc3, 0xff])]) + data[at:]
+    if spoil < 0.07:
+        return rng.choice([b"[]", b"5", b'"x"', b"null", DEEP[:2000] + DEEP[-2000:]])
+    return data
+
+
+def fuzz_bodies(seed: int, count: int) -> list[bytes]:
+    rng = random.Random(seed)
+    return [fuzz_body(rng) for _ in range(count)]
+
+
+FUZZ_SEED = 83
+
+
+def test_a_seeded_fuzz_reaches_the_engine_only_with_requests_it_can_serve():
+    """Thousands of requests, each refused with a one-line 400 before the route, or handed to it as a
+    request MAX's route reads, with every token id in the vocabulary, no empty prompt, and a top_k
+    the sampler can size."""
+    from max.serve.schemas.openai import CreateCompletionRequest
+
+    passed = 0
+    for data in fuzz_bodies(FUZZ_SEED, 3000):
+        route = Route()
+        status, _, content = call(data, route)
+        if status != 200:
+            message = json.loads(content)["error"]["message"]
+            assert status == 400 and route.got is None, (data[:200], status)
+            assert message and "\n" not in message and len(message) < 300, message
+            continue
+        passed += 1
+        request = CreateCompletionRequest.model_validate(route.got)  # what the route makes of it
+        prompts = [request.prompt] if isinstance(request.prompt, str) or (
+            request.prompt and isinstance(request.prompt[0], int)) else request.prompt
+        assert prompts, data[:200]
+        for prompt in prompts:
+            assert isinstance(prompt, str) or (prompt and all(0 <= t < VOCAB for t in prompt)), data[:200]
+        assert all(0 <= t < VOCAB for t in request.stop_token_ids or []), data[:200]
+        assert request.top_k is None or request.top_k <= VOCAB, data[:200]
+        assert request.model in (MODEL, "") and request.n in (None, 1) and not request.target_endpoint, data[:200]
+    assert 300 < passed < 2700, passed  # both sides of the checks were reached

@@ -159,12 +159,15 @@ def test_the_checks_seam_is_where_max_s_entry_builds_its_app():
             class model:
                 model_name = "demo"  # --served-model-name, else the model's path
 
+                class huggingface_config:
+                    vocab_size = 50257
+
     class Settings:
         max_request_bytes = 1000
 
     app = with_checks(lambda settings, serving: "MAX's app")(Settings, Serving)
     assert isinstance(app, CompletionChecks)
-    assert (app.app, app.served, app.echo, app.max_bytes) == ("MAX's app", "demo", False, 1000)
+    assert (app.app, app.served, app.vocab, app.echo, app.max_bytes) == ("MAX's app", "demo", 50257, False, 1000)
 
 
 def test_usage_errors_before_any_server(tmp_path, capsys):
