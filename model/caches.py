@@ -27,10 +27,16 @@ them back. weights/ knows none of this: ``load_state`` is handed a
 
 from __future__ import annotations
 
+import atexit
+import errno
 import hashlib
 import os
 import shutil
+import socket
+import sys
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -85,20 +91,177 @@ def folder(kind: str) -> Path:
     return root() / kind
 
 
-def made_once(path: Path, make) -> Path:
-    """``path``, made by ``make(staging)`` when it is not there yet: made under
-    its final file name in a folder of this process, then moved into place,
-    so that two processes making it at once both succeed."""
-    if path.is_file():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=path.parent)) / path.name
+# Every entry is written in a staging folder beside it, then renamed into place: whole or
+# not at all. A staging folder is named after the process writing it, so that one left by
+# a process that died (killed mid-compile) is removed by the next write in that folder.
+STAGING = ".staging."
+BROKEN = ".broken"  # an entry that failed to load, set aside as <entry>.broken (the last one kept to look at)
+# A write failing with one of these means this cache cannot hold more: the run goes on without saving.
+UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
+LOW_SPACE = 256 << 20  # bytes: a disk with less free is full to the cache (a saved graph takes tens of MB)
+_said_unsaved = False
+
+
+def staging(beside: Path) -> Path | None:
+    """A new empty folder in ``beside`` (made if need be) to write an entry in
+    before ``publish``; None when ``beside`` cannot be written or its disk is
+    all but full (said once)."""
     try:
-        make(staging)
-        os.replace(staging, path)
+        beside.mkdir(parents=True, exist_ok=True)
+        drop_stale_staging(beside)
+        if shutil.disk_usage(beside).free < LOW_SPACE:
+            # Checked first: MAX writes a compiled graph only once its compile is done.
+            raise OSError(errno.ENOSPC, f"less than {LOW_SPACE >> 20} MiB free")
+        return Path(tempfile.mkdtemp(prefix=f"{STAGING}{os.getpid()}@{socket.gethostname()}.", dir=beside))
+    except OSError as exc:
+        without_saving(beside, exc)
+        return None
+
+
+def drop_stale_staging(where: Path, day: float = 86400) -> None:
+    """The staging folders in ``where`` whose process is gone: on this machine
+    when it no longer runs, on another (a shared cache) after a day."""
+    for folder in where.glob(STAGING + "*"):
+        pid, _, host = folder.name.removeprefix(STAGING).rpartition(".")[0].partition("@")
+        try:
+            if host == socket.gethostname():
+                os.kill(int(pid), 0)
+                continue  # (its process still runs)
+            if time.time() - folder.stat().st_mtime < day:
+                continue
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError):  # another user's process, or not a name of ours
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def publish(staged: Path, final: Path) -> bool:
+    """``staged`` (written in a staging folder) renamed to ``final``. False when
+    another process published ``final`` first (a folder is not replaced) or
+    the cache could not take it (said once); the caller removes its staging folder."""
+    try:
+        os.rename(staged, final)
+        return True
+    except OSError as exc:
+        if exc.errno in UNWRITABLE:
+            without_saving(final.parent, exc)
+        return False
+
+
+@contextmanager
+def writing(final: Path):
+    """``with writing(final) as staged:`` write an entry (a file, or a folder
+    to make) at ``staged``, in a staging folder; when the block ends it
+    becomes ``final``, whole or not at all (``saving``). ``staged`` is None
+    when the cache cannot be written (said once: the run goes on)."""
+    folder = staging(final.parent)
+    if folder is None:
+        yield None
+        return
+    with saving(folder, final, folder / final.name):
+        yield folder / final.name
+
+
+@contextmanager
+def saving(folder: Path, final: Path, staged: Path | None = None):
+    """The block writes ``staged`` (default: the staging ``folder`` itself),
+    then it is published as ``final``; a write that fails for want of space
+    or permission ends the block, said once, and the run goes on without
+    saving. The staging folder is removed whatever happens."""
+    try:
+        yield
+        publish(staged or folder, final)
+    except OSError as exc:
+        if exc.errno not in UNWRITABLE:
+            raise
+        without_saving(final.parent, exc)
     finally:
-        shutil.rmtree(staging.parent, ignore_errors=True)
-    return path
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def without_saving(where: Path, exc: OSError) -> None:
+    """Say, once per process, that the cache cannot be written and the run goes on without saving."""
+    global _said_unsaved
+    if not _said_unsaved:
+        _said_unsaved = True
+        print(f"note: running without saving: {where} cannot be written ({exc.strerror or exc}); "
+              f"what this run compiles is made again next time", file=sys.stderr, flush=True)
+
+
+def set_aside(entry: Path, what: str, exc: BaseException) -> None:
+    """A cache entry that failed to load or verify (``exc`` says why) moved
+    out of the way, to ``<entry>.broken``, said in one line; the caller
+    makes it again."""
+    said = str(exc).strip().splitlines()
+    why = type(exc).__name__ + (f": {said[0]}" if said else "")
+    aside = entry.with_name(entry.name + BROKEN)
+    try:
+        if aside.is_dir() and not aside.is_symlink():
+            shutil.rmtree(aside)
+        aside.unlink(missing_ok=True)
+        os.rename(entry, aside)
+        done = f"set aside as {aside.name}, made again"
+    except OSError as err:
+        done = f"made again, not saved ({err.strerror or err})"
+    print(f"note: {what} in {entry} is damaged ({why}): {done}", file=sys.stderr, flush=True)
+
+
+def made_once(path: Path, make) -> Path:
+    """``path``, made by ``make(staged)`` when it is not there yet (``staged``:
+    its final file name, in a staging folder) and published with its digest
+    beside it (``<path>.sha256``), so that a damaged file is found, set aside
+    and made again. Where the cache cannot be written it is made in a
+    temporary folder of this process."""
+    if _intact(path):
+        return path
+    if path.is_file() and not _digest_file(path).is_file():  # made before digests were kept: taken as it is
+        with writing(_digest_file(path)) as staged:
+            if staged is not None:
+                staged.write_text(_sha256(path))
+        return path
+    if path.is_file():
+        set_aside(path, "a compiled file", ValueError("its bytes do not match the digest saved with it"))
+    with writing(path) as staged:
+        if staged is not None:
+            make(staged)
+            digest = _digest_file(staged)
+            digest.write_text(_sha256(staged))
+            publish(digest, _digest_file(path))  # first: a file in place always has its digest
+    if _intact(path):
+        return path
+    if path not in _ELSEWHERE:  # made once a process: MAX refuses a second library of the same kernels
+        elsewhere = Path(tempfile.mkdtemp(prefix="gpt2-on-max-")) / path.name
+        atexit.register(shutil.rmtree, elsewhere.parent, ignore_errors=True)
+        make(elsewhere)
+        _ELSEWHERE[path] = elsewhere
+    return _ELSEWHERE[path]
+
+
+_ELSEWHERE: dict[Path, Path] = {}  # what made_once made outside the cache, which could not take it
+
+
+def _digest_file(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+_INTACT: set[tuple] = set()  # (path, size, mtime) found whole by this process: a library is asked for at every op
+
+
+def _intact(path: Path) -> bool:
+    """Whether ``path`` is there and its bytes match the digest published with it."""
+    try:
+        info = path.stat()
+        key = (path, info.st_size, info.st_mtime_ns)
+        if key not in _INTACT and _digest_file(path).read_text().strip() == _sha256(path):
+            _INTACT.add(key)
+        return key in _INTACT
+    except OSError:
+        return False
 
 
 def float32_copies(checkpoint: Path) -> SavedArrays | None:
@@ -171,24 +334,25 @@ class SavedArrays:
         """Save ``arrays`` ({name: array}, or (name, array) pairs, which may be
         made one by one as they are written); if the cache cannot be written,
         they are made again next time."""
-        try:
-            self.folder.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(dir=self.folder.parent))
-        except OSError:
+        staged = staging(self.folder.parent)
+        if staged is None:
             return
         try:
             for name, array in arrays.items() if hasattr(arrays, "items") else arrays:
-                np.save(staging / f"{name}.npy", array)
+                np.save(staged / f"{name}.npy", array)
             if self.source is not None:
-                (staging / SOURCE).write_text(str(self.source))
-                self._prune(keep=staging)
+                (staged / SOURCE).write_text(str(self.source))
+                self._prune(keep=staged)
             # Saved only when loading failed: what is there is cut short or
             # corrupt (and would fail every later start), or another process
             # has just saved the same arrays; either way ours replace it.
             shutil.rmtree(self.folder, ignore_errors=True)
-            os.rename(staging, self.folder)  # whole or not at all
-        except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
+            publish(staged, self.folder)  # whole or not at all
+        except OSError as exc:
+            if exc.errno in UNWRITABLE:
+                without_saving(self.folder.parent, exc)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
 
     def _prune(self, keep: Path) -> None:
         for other in self.folder.parent.iterdir():

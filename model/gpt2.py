@@ -64,26 +64,21 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     options = replace(options or BuildOptions(), **fields)
     placement = options.placement  # a device the machine lacks is refused before anything is read
     checkpoint, config, graph_config = opened(model, options)
-    name = saved_graphs.graph_name(options, graph_config)
-    if not saved_graphs.is_saved(name):  # the demo's and GPT-2 124M's graphs came with the project
-        name = portable.saved_name(options, graph_config, lambda: traced_graph(config, options),
-                                   checkpoint.folder) or name
-    if not saved_graphs.is_saved(name) and options.impl == "steps":  # a finished course traces the solutions' graph
-        name = solutions_graph(checkpoint, config, options, name) or name
-    if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
-        first = "~1-2.5 min on 2 idle CPU cores" if placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
-        first += ", longer while other work runs beside it"
-        print(f"compiling the model graph (seconds when MAX's caches are warm; the first time on a machine "
-              f"{first}; saved for later runs) ...", file=sys.stderr, flush=True)
+    name = graph_to_load(checkpoint, config, graph_config, options)
     tokenizer = checkpoint.tokenizer if with_tokenizer else None
     folder = checkpoint.folder
     state = checkpoint_state(folder, config, graph_config)  # every shape verified before building
-    store = saved_graphs.store_for(name, placement.max_device(), direct=placement.dtype != "bfloat16")
+    direct = placement.dtype != "bfloat16"
+    store = saved_graphs.store_for(name, placement.max_device(), direct)
+    if store.damaged:  # set aside: found again where it can be (a shipped graph unpacked anew), else compiled
+        store.discard()
+        store = saved_graphs.store_for(graph_to_load(checkpoint, config, graph_config, options),
+                                       placement.max_device(), direct)
     # The course's model is built to be traced, and to say which layers are
     # quantized; a saved graph driven directly needs neither (its facts say).
-    specs = store.facts.get("quantized") if store.mef is not None else None
+    specs = store.facts.get("quantized") if store.direct else None
     lm = kit = None
-    if store.mef is None or (placement.quantization and specs is None):
+    if not store.direct or (placement.quantization and specs is None):
         from model.graph import build_lm
 
         kit = course(options.impl)
@@ -97,7 +92,7 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     if placement.dtype == "bfloat16":
         weights = as_bfloat16(weights)
     start = time.perf_counter()
-    if store.mef is not None:  # run the saved graph as it is: no tracing
+    if store.direct:  # run the saved graph as it is: no tracing
         compiled, quantized = store.run(weights), store.facts["quantized_layers"]
     else:  # trace, then compile (or find the saved graph that matches)
         from model.graph import compile_graph, wrap
@@ -110,6 +105,24 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
                 quantized_layers=quantized, saved_graph=store.loaded,
                 eos_token_ids=checkpoint.eos_token_ids(with_tokenizer),
                 weight_bytes=held)
+
+
+def graph_to_load(checkpoint: Checkpoint, config, graph_config, options: BuildOptions) -> str:
+    """The name of the saved graph to load for this build (model/saved_graphs.py):
+    its own, or the one shipped with the project, or the solutions' for a
+    finished course; when none is saved, its own, said to be compiled."""
+    name = saved_graphs.graph_name(options, graph_config)
+    if not saved_graphs.is_saved(name):  # the demo's and GPT-2 124M's graphs came with the project
+        name = portable.saved_name(options, graph_config, lambda: traced_graph(config, options),
+                                   checkpoint.folder) or name
+    if not saved_graphs.is_saved(name) and options.impl == "steps":  # a finished course traces the solutions' graph
+        name = solutions_graph(checkpoint, config, options, name) or name
+    if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
+        first = "~1-2.5 min on 2 idle CPU cores" if options.placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
+        first += ", longer while other work runs beside it"
+        print(f"compiling the model graph (seconds when MAX's caches are warm; the first time on a machine "
+              f"{first}; saved for later runs) ...", file=sys.stderr, flush=True)
+    return name
 
 
 def opened(model: str | Path | Checkpoint, options: BuildOptions):

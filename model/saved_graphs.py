@@ -42,7 +42,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
@@ -119,17 +118,26 @@ class Store:
     ``session`` is the InferenceSession to compile with, or to run the saved
     graph in (None: MAX's default one, nothing saved); ``facts``, what the
     build learnt while tracing it, when the MEF was there (``loaded``);
-    ``mef``: the file, when the graph is to be driven directly."""
+    ``mef``: the file, when the graph is to be driven directly, and
+    ``artifact``, MAX's reading of it; ``damaged``: the saved graph failed
+    to load and was set aside."""
 
     name: str
     session: object = None
     staging: Path | None = None
     mef: Path | None = None
     facts: dict | None = None
+    artifact: object = None
+    damaged: bool = False
 
     @property
     def loaded(self) -> bool:
         return self.facts is not None
+
+    @property
+    def direct(self) -> bool:
+        """Whether the saved graph is driven as it is (``run``), nothing traced."""
+        return self.artifact is not None
 
     def keep(self, facts: dict) -> None:
         """After compiling: write ``facts`` beside the saved MEF and move both
@@ -137,9 +145,9 @@ class Store:
         once both succeed; one wins)."""
         if self.staging is None:
             return
-        (self.staging / FACTS).write_text(json.dumps(facts))
-        _drop_unsaved(self.name)
-        _move(self.staging, caches.folder("graphs") / self.name)
+        with caches.saving(self.staging, caches.folder("graphs") / self.name):
+            (self.staging / FACTS).write_text(json.dumps(facts))
+            _drop_unsaved(self.name)
 
     def discard(self) -> None:
         """Drop a half-written MEF (the compile failed or was interrupted)."""
@@ -148,7 +156,7 @@ class Store:
 
     def run(self, weights: dict) -> SavedGraph:
         """The saved graph, loaded into ``session`` with ``weights`` bound."""
-        return SavedGraph(self.session, self.mef, weights, self.facts)
+        return SavedGraph(self.session, self.mef, weights, self.facts, self.artifact)
 
 
 class SavedGraph:
@@ -160,7 +168,7 @@ class SavedGraph:
     graph first calls one); loading the MEF and binding the weights takes
     ~0.03 s."""
 
-    def __init__(self, session, mef: Path, weights: dict, facts: dict | None = None) -> None:
+    def __init__(self, session, mef: Path, weights: dict, facts: dict | None = None, artifact=None) -> None:
         import numpy as np
         from max.driver import Buffer
         from max.engine import read
@@ -169,9 +177,10 @@ class SavedGraph:
         # of writable arrays). Raw numpy int8/float16 arrays crashed the
         # Q8_0 graph at its first call.
         registry = {k: Buffer.from_dlpack(v) for k, v in weights.items()}
+        artifact = artifact or read(mef)
         bundle = (facts or {}).get("bundle")
         if bundle is None:
-            self.engine_model = session.init(read(mef), weights_registry=registry)
+            self.engine_model = session.init(artifact, weights_registry=registry)
             return
         registry = {bundle["prefix"] + k: v for k, v in registry.items()}
         placeholder = Buffer.from_dlpack(np.zeros(1, np.float32))
@@ -179,16 +188,44 @@ class SavedGraph:
         for graph, names in others.items():
             if graph != bundle["graph"]:
                 registry |= dict.fromkeys(names, placeholder)
-        self.engine_model = session.init_all(read(mef), weights_registry=registry)[bundle["graph"]]
+        self.engine_model = session.init_all(artifact, weights_registry=registry)[bundle["graph"]]
 
 
 def is_saved(name: str) -> bool:
     """Whether ``name``'s graph is saved (and will be loaded, not compiled):
     answered from the folder alone, before MAX is imported."""
+    if name in _HELD:
+        return True
     folder = caches.folder("graphs") / name
-    if not caches.enabled() or not (folder / FACTS).is_file():
-        return False
-    return (folder / MANIFEST).is_file() or bundle_mef(json.loads((folder / FACTS).read_text())) is not None
+    facts = saved_facts(name) if caches.enabled() else None
+    return facts is not None and ((folder / MANIFEST).is_file() or bundle_mef(facts) is not None)
+
+
+def saved_facts(name: str) -> dict | None:
+    """The facts saved with ``name``'s graph; None when there are none, or
+    when they cannot be read (the folder is then set aside)."""
+    folder = caches.folder("graphs") / name
+    try:
+        facts = json.loads((folder / FACTS).read_text())
+        if not isinstance(facts, dict):
+            raise ValueError(f"{FACTS} holds no JSON object")
+        return facts
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as exc:
+        caches.set_aside(folder, "a saved graph", exc)
+        return None
+
+
+# Graphs this process uses without a saved copy: a shipped graph read from
+# its compressed file where the cache cannot be written (model/portable).
+_HELD: dict[str, tuple[dict, object]] = {}
+
+
+def hold(name: str, facts: dict, open_mef) -> None:
+    """``name``'s graph used from ``open_mef()`` (a binary stream of its MEF)
+    for the rest of this process; ``facts``: the build's, as saved beside it."""
+    _HELD[name] = (facts, open_mef)
 
 
 def bundle_mef(facts: dict) -> Path | None:
@@ -208,17 +245,20 @@ def keep_bundle(compiled, members: list[tuple[str, dict]], weights: dict[str, li
     whose folder names a bundle that is gone is saved again."""
     if not caches.enabled():
         return
-    graphs = _mkdir(caches.folder("graphs"))
+    graphs = caches.folder("graphs")
     name = "bundle_" + hashlib.sha256(" ".join(sorted(n for n, _ in members)).encode()).hexdigest()[:20]
-    staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=graphs))
-    compiled.export_mef(staging / BUNDLE_MEF)
-    (staging / BUNDLE_WEIGHTS).write_text(json.dumps(weights))
-    _move(staging, graphs / name)
+    with caches.writing(graphs / name) as staged:
+        if staged is None:
+            return
+        staged.mkdir()
+        compiled.export_mef(staged / BUNDLE_MEF)
+        (staged / BUNDLE_WEIGHTS).write_text(json.dumps(weights))
     for member, facts in members:
-        staging = Path(tempfile.mkdtemp(prefix=member + ".", dir=graphs))
-        (staging / FACTS).write_text(json.dumps({**facts, "bundle": {**facts["bundle"], "name": name}}))
-        _drop_unsaved(member)
-        _move(staging, graphs / member)
+        with caches.writing(graphs / member) as staged:
+            if staged is not None:
+                staged.mkdir()
+                (staged / FACTS).write_text(json.dumps({**facts, "bundle": {**facts["bundle"], "name": name}}))
+                _drop_unsaved(member)
 
 
 def _drop_unsaved(name: str) -> None:
@@ -240,14 +280,6 @@ def alias(name: str, saved: str) -> None:
         pass
 
 
-def _move(staging: Path, to: Path) -> None:
-    """``staging`` moved to ``to`` atomically; dropped if ``to`` is there already."""
-    try:
-        os.rename(staging, to)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def store_for(name: str, device, direct: bool = True) -> Store:
     """Load ``name``'s saved MEF if there is one, else save it when compiled.
 
@@ -259,22 +291,42 @@ def store_for(name: str, device, direct: bool = True) -> Store:
     graph directly has not been run on a GPU yet (docs/gpu.md)."""
     if not caches.enabled():
         return Store(name)
-    from max.engine import InferenceSession
+    from max.engine import InferenceSession, read
 
-    folder = caches.folder("graphs") / name
-    if is_saved(name):
-        _say_note(name)
-        facts = json.loads((folder / FACTS).read_text())
-        mef = bundle_mef(facts)
-        if mef is not None:  # a bundle is only driven directly (model/together.py: CPU builds)
-            return Store(name, InferenceSession(devices=[device]), mef=mef, facts=facts)
-        if not direct:
+    folder = entry = caches.folder("graphs") / name
+    damaged = False
+    if name in _HELD:
+        facts, open_mef = _HELD[name]
+        try:
+            with open_mef() as mef:
+                return Store(name, InferenceSession(devices=[device]), facts=facts, artifact=read(mef))
+        except (OSError, EOFError, RuntimeError, ValueError) as exc:  # (lzma's errors are ValueErrors and EOFErrors)
+            del _HELD[name]
+            print(f"note: the shipped graph could not be read ({type(exc).__name__}: {exc}); compiling",
+                  file=sys.stderr, flush=True)
+            damaged = True
+    elif is_saved(name):
+        try:
+            facts = saved_facts(name)
+            mef = bundle_mef(facts)  # a bundle is only driven directly (model/together.py: CPU builds)
+            if mef is None:
+                # The MEF carries the compiled custom kernels too: no library needed.
+                [graph] = json.loads((folder / MANIFEST).read_text())["graphs"]
+                mef = folder / graph["key"]
+            entry = mef.parent
+            artifact = read(mef)  # a MEF cut short or damaged fails here
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+            caches.set_aside(entry, "a saved graph", exc)
+            damaged = True
+        else:
+            _say_note(name)
+            if direct or entry != folder:
+                return Store(name, InferenceSession(devices=[device]), mef=mef, facts=facts, artifact=artifact)
             return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), facts=facts)
-        [graph] = json.loads((folder / MANIFEST).read_text())["graphs"]
-        # The MEF carries the compiled custom kernels too: no library needed.
-        return Store(name, InferenceSession(devices=[device]), mef=folder / graph["key"], facts=facts)
-    staging = Path(tempfile.mkdtemp(prefix=name + ".", dir=_mkdir(caches.folder("graphs"))))
-    return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging)
+    staging = caches.staging(caches.folder("graphs"))
+    if staging is None:  # the cache cannot be written: compiled, not saved
+        return Store(name, damaged=damaged)
+    return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging, damaged=damaged)
 
 
 def note_first_load(name: str, line: str) -> None:
@@ -282,10 +334,9 @@ def note_first_load(name: str, line: str) -> None:
     saved graph (one compiled out of the user's sight says so when it is used)."""
     if not caches.enabled():
         return
-    note = _mkdir(caches.folder("graphs")) / (name + NOTE)
-    staging = note.with_name(f"{note.name}.{os.getpid()}")
-    staging.write_text(line)
-    os.replace(staging, note)  # whole or not there: a process loading the graph meanwhile never reads half
+    with caches.writing(caches.folder("graphs") / (name + NOTE)) as staged:  # never read half written
+        if staged is not None:
+            staged.write_text(line)
 
 
 def _say_note(name: str) -> None:
@@ -296,8 +347,3 @@ def _say_note(name: str) -> None:
     except OSError:
         return
     print(line, file=sys.stderr, flush=True)
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path

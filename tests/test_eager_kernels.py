@@ -108,12 +108,12 @@ def test_arm_s_archive_unpacks_into_a_folder_of_its_level(tmp_path, no_store, mo
 def test_they_are_unpacked_once_and_named_for_max(tmp_path, no_store, monkeypatch):
     monkeypatch.setenv(eager_kernels.caches.CACHE, str(tmp_path))
     level = tmp_path / "eager-kernels" / eager_kernels.LEVEL
-    stale, in_use, dead = (Path(f"{level}-{name}") for name in ("0000000000000000", "1111111111111111", "x.tmp1"))
-    for folder in (stale, in_use, dead):
+    stale, in_use = (Path(f"{level}-{name}") for name in ("0000000000000000", "1111111111111111"))
+    dead = level.parent / f"{eager_kernels.caches.STAGING}{2**22 + 1}@{eager_kernels.caches.socket.gethostname()}.x"
+    for folder in (stale, in_use, dead):  # (no process has a pid above 2**22: Linux's pid_max is at most that)
         folder.mkdir(parents=True)
     week = eager_kernels.STALE_DAYS * 86400 + 60
     os.utime(stale, (stale.stat().st_atime - week,) * 2)
-    os.utime(dead, (dead.stat().st_atime - eager_kernels.STAGING_HOURS * 3600 - 60,) * 2)
     folder = eager_kernels.unpacked(FACTS)
     assert folder.parent == tmp_path / "eager-kernels"
     assert in_use.exists() and not stale.exists() and not dead.exists()  # another checkout's, used lately, stays

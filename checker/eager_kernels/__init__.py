@@ -38,7 +38,6 @@ import os
 import shutil
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
 from model import caches
@@ -135,14 +134,14 @@ def intact(folder: Path, facts: dict, digests: bool = False) -> bool:
 
 
 STALE_DAYS = 7  # another archive's kernels (another checkout, an older MAX) are dropped after this long unused
-STAGING_HOURS = 1  # a half-unpacked folder this old was left by a process that died
 
 
 def unpacked(facts: dict) -> Path | None:
     """The archive's files in the project's cache, unpacked there the first
-    time (whole, or not at all) and checked against the index; None when they
-    cannot be (a note says why). Files found damaged are unpacked again. Each
-    use marks the folder, so another checkout's, in use, is not dropped."""
+    time (whole, or not at all: model/caches.py's ``writing``) and checked
+    against the index; None when they cannot be (a note says why). Files
+    found damaged are set aside and unpacked again. Each use marks the
+    folder, so another checkout's, in use, is not dropped."""
     level = facts["level"]
     archive = archive_for(TARGETS[level])
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()[:16]
@@ -151,36 +150,27 @@ def unpacked(facts: dict) -> Path | None:
         if intact(folder, facts):
             os.utime(folder)
             return folder
-        print(f"note: the shipped kernels in {folder} were damaged; unpacking them again", file=sys.stderr)
-        shutil.rmtree(folder, ignore_errors=True)
-    staging = None
+        caches.set_aside(folder, "MAX's shipped kernels", ValueError("files missing or of the wrong size"))
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-        with tarfile.open(archive, "r:xz") as packed:
-            packed.extractall(staging, filter="data")
-        if not intact(staging, facts, digests=True):
-            raise ValueError(f"{archive.name} does not match {level}.json")
-        os.rename(staging, folder)
+        with caches.writing(folder) as staged:
+            if staged is not None:
+                with tarfile.open(archive, "r:xz") as packed:
+                    packed.extractall(staged, filter="data")
+                if not intact(staged, facts, digests=True):
+                    raise ValueError(f"{archive.name} does not match {level}.json")
         drop_stale(folder, level)
-    except OSError:  # another process unpacked it first, or the disk is full
+    except OSError:  # another process unpacked it first
         pass
     except (tarfile.TarError, lzma.LZMAError, EOFError, ValueError) as exc:  # the archive is not whole
         print(f"note: the shipped kernels were not unpacked ({exc}); MAX compiles what it meets", file=sys.stderr)
-    finally:
-        if staging is not None and staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     return folder if folder.is_dir() and intact(folder, facts) else None
 
 
 def drop_stale(kept: Path, level: str) -> None:
-    """The same level's other archives' folders unused for STALE_DAYS, and
-    staging folders left by a process that died, beside ``kept``."""
+    """The same level's other archives' folders beside ``kept`` unused for STALE_DAYS."""
     import time
 
     now = time.time()
     for old in kept.parent.glob(f"{level}-*"):
-        age = now - old.stat().st_mtime
-        staging = "." in old.name
-        if old != kept and age > (STAGING_HOURS * 3600 if staging else STALE_DAYS * 86400):
+        if old != kept and now - old.stat().st_mtime > STALE_DAYS * 86400:
             shutil.rmtree(old, ignore_errors=True)

@@ -51,7 +51,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
@@ -221,9 +220,9 @@ def saved_name(options, config, trace, checkpoint: str | Path) -> str | None:
             say(f"not {USING}: {changed} (python -m model.portable make writes a new one)")
             return None
         unpack(target, facts, caches.folder("graphs") / name)
-        if not saved_graphs.is_saved(name):
-            say(f"not {USING}: it could not be unpacked from {target.folder(facts['model'])}")
-            return None
+        if not saved_graphs.is_saved(name):  # the cache cannot take it: used from the shipped file
+            shipped_file = target.folder(facts["model"]) / facts["file"]
+            saved_graphs.hold(name, facts["build"], lambda: lzma.open(shipped_file))
     say(f"{USING} ({target.level}: {target.runs_on})")
     if cpu.native_path(cpu.flags()) != target.path:
         compile_own_in_background(options, checkpoint)
@@ -268,25 +267,23 @@ def unpack(target: Target, facts: dict, folder: Path) -> None:
 
 
 def unpack_into(folder: Path, packed: dict[str, Path], manifest: Path, texts: dict[str, str] | None = None) -> None:
-    """``folder`` made whole or not at all: each xz file of ``packed`` unpacked
-    under its name, MAX's ``manifest`` copied and ``texts`` written, in a
-    staging folder beside it that is then renamed. Another process that
-    unpacked it first, a full disk or a bad file leave no ``folder`` behind
-    from here."""
-    staging = None
+    """``folder`` made whole or not at all (model/caches.py's ``writing``):
+    each xz file of ``packed`` unpacked under its name, MAX's ``manifest``
+    copied and ``texts`` written. Another process that unpacked it first, a
+    full disk or a bad file leave no ``folder`` behind from here."""
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-        for name, file in packed.items():
-            with lzma.open(file) as source, open(staging / name, "wb") as out:
-                shutil.copyfileobj(source, out)
-        shutil.copy(manifest, staging / saved_graphs.MANIFEST)
-        for name, text in (texts or {}).items():
-            (staging / name).write_text(text)
-        os.rename(staging, folder)
+        with caches.writing(folder) as staged:
+            if staged is None:
+                return
+            staged.mkdir()
+            for name, file in packed.items():
+                with lzma.open(file) as source, open(staged / name, "wb") as out:
+                    shutil.copyfileobj(source, out)
+            shutil.copy(manifest, staged / saved_graphs.MANIFEST)
+            for name, text in (texts or {}).items():
+                (staged / name).write_text(text)
     except (OSError, EOFError, lzma.LZMAError):
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+        pass
 
 
 def compile_own_in_background(options, checkpoint: str | Path) -> None:
@@ -295,7 +292,6 @@ def compile_own_in_background(options, checkpoint: str | Path) -> None:
     if os.environ.get(BACKGROUND, "1") == "0" or os.environ.get("CI"):
         return
     graphs = caches.folder("graphs")
-    graphs.mkdir(parents=True, exist_ok=True)
     lock = graphs / ".compiling-own-graph"
     try:
         pid = int(lock.read_text())
@@ -305,11 +301,16 @@ def compile_own_in_background(options, checkpoint: str | Path) -> None:
         pass
     log = graphs / "own-graph-compile.log"
     env = dict(os.environ, **{USE: "0", BACKGROUND: "0"})
-    with open(log, "w") as out:
-        child = subprocess.Popen([sys.executable, "-m", "model.portable", "own", json.dumps(asdict(options)),
-                                  str(checkpoint)],
-                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 start_new_session=True, preexec_fn=lambda: os.nice(19))
-    lock.write_text(str(child.pid))
+    try:
+        graphs.mkdir(parents=True, exist_ok=True)
+        with open(log, "w") as out:
+            child = subprocess.Popen([sys.executable, "-m", "model.portable", "own", json.dumps(asdict(options)),
+                                      str(checkpoint)],
+                                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=lambda: os.nice(19))
+        lock.write_text(str(child.pid))
+    except OSError:  # the cache cannot be written: the graph it would compile could not be saved either
+        return
     say(f"compiling this CPU's own graph ({cpu.native_path(cpu.flags())} kernels) in the background for the "
         f"next run ({BACKGROUND}=0 turns this off; log: {log})")
