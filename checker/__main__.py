@@ -5,8 +5,11 @@
     python -m checker 03 --solution       # check the reference solution itself
     python -m checker all                 # every step; report which are done
     python -m checker 13                  # a bonus step (13-16, optional)
+    python -m checker 03 --time-limit 60  # each check's time limit, in seconds (0: none)
 
-Exit code 0 only when every check of every requested step passes.
+Exit code 0 only when every check of every requested step passes. Code of
+the learner's that ends the program (sys.exit) or runs past the time limit
+fails the check it was in.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from pathlib import Path
 
 from checker import registry
-from checker.harness import Outcome, run_checks
+from checker.harness import TIME_LIMIT, Outcome, run_checks
 from checker.skeleton import ROOT
 from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
 
@@ -29,8 +32,9 @@ def checks_module(step: str):
     return registry.find(step).checks()
 
 
-def check_step(step: str, learner_path: Path, color: bool, quiet: bool = False) -> bool:
-    """Run one step's checks and print them; True when every check passed."""
+def check_step(step: str, learner_path: Path, color: bool, quiet: bool = False,
+               seconds: float | None = TIME_LIMIT) -> bool:
+    """Run one step's checks, each within ``seconds``, and print them; True when every check passed."""
     entry = registry.find(step)
     module = entry.checks()
     paint = (lambda code, text: f"{code}{text}{RESET}") if color else (lambda code, text: text)
@@ -46,7 +50,7 @@ def check_step(step: str, learner_path: Path, color: bool, quiet: bool = False) 
     start = time.perf_counter()
     solution_path = entry.solution
     with maxrun.slow_notice(f"step {step}'s checks"):
-        outcomes = run_checks(step, module.CHECKS, learner_path, solution_path)
+        outcomes = run_checks(step, module.CHECKS, learner_path, solution_path, seconds=seconds)
     first_failure: Outcome | None = None
     for outcome in outcomes:
         mark = paint(GREEN, "PASS") if outcome.passed else paint(RED, "FAIL")
@@ -86,21 +90,28 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--file", type=Path, help="check this file instead of steps/step_NN.py")
     source.add_argument("--solution", action="store_true", help="check the reference solution itself")
     parser.add_argument("--no-color", action="store_true", help="plain text output")
+    parser.add_argument("--time-limit", type=float, default=TIME_LIMIT, metavar="SECONDS",
+                        help=f"fail a check that runs longer (default: {TIME_LIMIT}, room for a first check that "
+                             "compiles MAX's kernels; 0: no limit)")
     args = parser.parse_args(argv)
     color = sys.stdout.isatty() and not args.no_color
+    if not args.time_limit >= 0:
+        parser.error(f"--time-limit must be >= 0 seconds, got {args.time_limit}")
+    seconds = args.time_limit if 0 < args.time_limit < float("inf") else None
 
     if args.step == "all":
         if args.file:
             parser.error("--file needs a single step")
-        return check_all(color, args.solution)
+        return check_all(color, args.solution, seconds)
     step = args.step.zfill(2)
     if registry.find(step) is None:
         parser.error(f"no step {args.step!r}: choose {registry.numbers()} or 'all'")
     path = _path(step, args.file, args.solution)
-    if not path.exists():
-        print(f"error: {path} does not exist", file=sys.stderr)
+    if not path.is_file():
+        print(f"error: {path} {'is a folder, not a Python file' if path.is_dir() else 'does not exist'}",
+              file=sys.stderr)
         return 2
-    result = check_step(step, path, color)
+    result = check_step(step, path, color, seconds=seconds)
     return 0 if result in (True, None) else 1
 
 
@@ -121,7 +132,7 @@ def untouched(step: registry.Step) -> bool:
     return step.skeleton.read_text() == make_skeleton(source, step.number, str(step.solution.relative_to(ROOT)))
 
 
-def check_all(color: bool, solution: bool) -> int:
+def check_all(color: bool, solution: bool, seconds: float | None = TIME_LIMIT) -> int:
     """Every step; the exit code counts the core steps only (bonus steps are optional,
     and one not started yet gets one line, not its failures)."""
     results = {}
@@ -130,7 +141,8 @@ def check_all(color: bool, solution: bool) -> int:
             print(f"{step.heading}: {step.title}: not started (optional; `{task_command(step.task)}` checks it)")
             results[step.number] = False
             continue
-        results[step.number] = check_step(step.number, _path(step.number, None, solution), color, quiet=True)
+        results[step.number] = check_step(step.number, _path(step.number, None, solution), color, quiet=True,
+                                          seconds=seconds)
         print()
     print("Progress:")
     bonus_seen = False

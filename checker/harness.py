@@ -13,9 +13,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import linecache
+import signal
 import sys
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -31,6 +34,42 @@ from tasks import task_command  # the command as the learner runs tasks (pixi or
 # differently, which moves results by ~1e-6; real mistakes move them by far more.
 RTOL = 1e-4
 ATOL = 1e-4
+
+
+# Each check's time limit, in seconds: generous, since a first check on a new machine may
+# compile MAX's kernels for minutes; ``python -m checker --time-limit`` changes it.
+TIME_LIMIT = 900
+
+
+class TimeLimitReached(BaseException):
+    """A check ran past its time limit (a BaseException: learner code that catches
+    Exception does not swallow it)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+@contextmanager
+def time_limit(seconds: float | None):
+    """Raise TimeLimitReached in the block after ``seconds`` (None: no limit).
+    Python code is interrupted between two of its lines; a call into MAX's
+    native code, when it returns. Only the main thread can be interrupted:
+    elsewhere the block runs unlimited."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeLimitReached(seconds)
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class CheckFailed(Exception):
@@ -132,6 +171,13 @@ def describe_exception(exc: BaseException, learner_path: Path) -> tuple[str, str
             hint = f"this step runs your step {earlier}: finish it first ({task_command('s' + earlier)})"
     else:
         hint = "the error did not pass through your file; check the names and signatures the step asks for"
+    if isinstance(exc, SystemExit):
+        return (f"{where}your code ended the program (SystemExit({exc.code!r})): the checker runs it as a module",
+                "remove the sys.exit / exit() / raise SystemExit: a step's code returns its result")
+    if isinstance(exc, TimeLimitReached):
+        return (f"{where}did not finish within {exc.seconds:g} s, the time limit of each check",
+                "an endless loop? (a first check on a new machine may compile MAX's kernels for minutes: "
+                "`python -m checker NN --time-limit SECONDS` gives it longer)")
     if isinstance(exc, NotImplementedError) and TODO_MARK in str(exc):
         if ours and Path(ours[-1].filename).resolve() == learner_path:
             hint = "replace the `raise NotImplementedError(...)` line with your code"
@@ -209,16 +255,23 @@ def _first_lines(text: str, limit: int = 3, width: int = 300) -> str:
 # Running
 
 
+# What learner code can raise that fails a check (a SystemExit from sys.exit included), never ending the checker.
+LEARNER_ERRORS = (Exception, SystemExit, TimeLimitReached)
+
+
 def run_checks(
-    step: str, checks: list[Check], learner_path: Path, solution_path: Path, *, stop_at_failure: bool = False
+    step: str, checks: list[Check], learner_path: Path, solution_path: Path, *, stop_at_failure: bool = False,
+    seconds: float | None = TIME_LIMIT,
 ) -> list[Outcome]:
     """Load both files and run the checks (all of them, or up to the first
-    failure); never raises for learner errors."""
+    failure), each within ``seconds`` (None: no limit); never raises for
+    learner errors."""
     start = time.perf_counter()
     solution = load_file(solution_path)
     try:
-        learner = load_file(learner_path)
-    except Exception as exc:  # the learner's file does not even import
+        with time_limit(seconds):
+            learner = load_file(learner_path)
+    except LEARNER_ERRORS as exc:  # the learner's file does not even import
         message, hint = describe_exception(exc, learner_path)
         return [Outcome("your file imports", False, time.perf_counter() - start, message, hint)]
     context = StepContext(step, learner_path, learner, solution)
@@ -226,12 +279,13 @@ def run_checks(
     for check in checks:
         t0 = time.perf_counter()
         try:
-            check.run(context)
+            with time_limit(seconds):
+                check.run(context)
         except CheckFailed as failure:
             outcomes.append(
                 Outcome(check.name, False, time.perf_counter() - t0, failure.message, failure.hint or check.hint)
             )
-        except Exception as exc:
+        except LEARNER_ERRORS as exc:
             message, hint = describe_exception(exc, learner_path)
             outcomes.append(Outcome(check.name, False, time.perf_counter() - t0, message, hint))
         else:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
+import pytest
 from conftest import check_file, run_python, skeleton_file, solution_path
 
 
@@ -168,3 +170,41 @@ print("hidden:", [os.environ.get(name) for name in {names!r}])
     done = run_python("-c", probe.format(argv=["show", "99"], module="checker.show", names=GPU_VISIBILITY),
                       timeout=300, env=dict(env, GPT2_MAX_CHECKER_GPUS="1", CUDA_VISIBLE_DEVICES="0"))
     assert done.stdout.strip().splitlines()[-1] == "hidden: ['0', None, None]", done.stdout
+
+
+def test_a_folder_is_not_a_step_file(tmp_path):
+    done = _cli("01", "--file", str(tmp_path))
+    assert done.returncode == 2 and done.stderr.strip() == f"error: {tmp_path} is a folder, not a Python file"
+
+
+def _step_01_with(tmp_path, name: str, code: str, where: str = "body"):
+    """Step 01's solution with ``code`` run at import (``where="import"``) or where head_dim is computed."""
+    text = solution_path("01").read_text()
+    if where == "import":
+        text += f"\n{code}\n"
+    else:
+        text = text.replace("return self.n_embd // self.n_head", f"{code}\n        return self.n_embd // self.n_head")
+    path = tmp_path / f"{name}_01.py"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("code, said", [("import sys; sys.exit(0)", "SystemExit(0)"),
+                                        ("raise SystemExit(3)", "SystemExit(3)")])
+@pytest.mark.parametrize("where", ["import", "body"])
+def test_code_that_ends_the_program_fails_its_check(tmp_path, code, said, where):
+    done = _cli("01", "--file", str(_step_01_with(tmp_path, "exits", code, where)))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL" in done.stdout and f"your code ended the program ({said})" in done.stdout
+    assert "checks passed" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("where", ["import", "body"])
+def test_a_check_past_its_time_limit_fails_saying_so(tmp_path, where):
+    path = _step_01_with(tmp_path, "loops", "while True:\n            pass" if where == "body" else "while True: pass",
+                         where)
+    started = time.monotonic()
+    done = _cli("01", "--file", str(path), "--time-limit", "2")
+    assert done.returncode == 1 and time.monotonic() - started < 60, done.stdout + done.stderr
+    assert "did not finish within 2 s, the time limit of each check" in done.stdout
+    assert "loops_01.py:" in done.stdout and "--time-limit" in done.stdout
