@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from model.device import DEVICES, DTYPES, DeviceError, auto_note, bfloat16_note
@@ -17,6 +21,7 @@ from tasks import task_command  # the command as the learner runs tasks (pixi or
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # as a program that SIGPIPE ends: the reader of its output (`| head`) went away
 
 EXAMPLES = """examples:
   python -m model "Hello, I'm a language model,"
@@ -26,7 +31,8 @@ EXAMPLES = """examples:
   python -m model --impl steps "Hello"            # run the model built from your steps/
 
 Files come from the Hugging Face cache (HF_HOME); set HF_HUB_OFFLINE=1 to use only it.
-Exit status: 0 done, 2 bad input (one line on stderr), 130 interrupted (Ctrl-C)."""
+Exit status: 0 done, 2 bad input (one line on stderr), 130 interrupted (Ctrl-C),
+141 the output's reader went away (| head)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -84,6 +90,8 @@ def read_prompts(args, options: tuple[str, ...] = ()) -> list[str]:
         raise UsageError(f"{misread[0]!r} was read as a prompt (it came after `--`); pass options before the "
                          f"prompt without `--`, e.g. {misread[0]} ... \"Hello\"")
     prompts = list(args.prompts) + list(args.prompt)
+    for prompt in prompts:
+        utf8(prompt, "a prompt")
     if args.prompt_file is not None:
         try:
             text = args.prompt_file.read_text(encoding="utf-8")
@@ -100,10 +108,25 @@ def read_prompts(args, options: tuple[str, ...] = ()) -> list[str]:
     return prompts
 
 
+def utf8(text: str, what: str) -> None:
+    """UsageError for text from the command line that is not UTF-8 (Python keeps
+    each byte it cannot decode as a lone surrogate, U+DC80-U+DCFF)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = ord(text[exc.start]) - 0xDC00
+        raise UsageError(f"{what} is not UTF-8 text (byte 0x{byte:02x} at character {exc.start}); "
+                         "pass it in UTF-8") from None
+
+
 def sampling_from(args) -> Sampling:
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.repetition_penalty, tuple(args.stop))
     if args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.seed is not None and args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    for stop in args.stop:
+        utf8(stop, "a --stop string")
     try:
         sampling.validate()
     except ValueError as exc:
@@ -126,6 +149,57 @@ def unfinished_step(exc: BaseException) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except BrokenPipeError:
+        # Whatever is still buffered goes nowhere, so that Python's exit does not fail on it too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # before generation, which stops cleanly on its own
+        return interrupted()
+
+
+_said_interrupted = threading.Lock()
+
+
+def interrupted() -> int:
+    """Say once that Ctrl-C ended the run; its exit status."""
+    if _said_interrupted.acquire(blocking=False):
+        print("\ninterrupted", file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
+
+
+@contextmanager
+def interrupt_ends_at_once():
+    """Ctrl-C ends the process at once in this block, even inside MAX's compile:
+    native code that Python's own handler waits for (minutes). The signal's
+    number reaches a pipe the moment it comes (``signal.set_wakeup_fd``); a
+    thread reading it exits. What the compile was writing is a staging folder,
+    removed by a later run (model/caches.py)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while data := os.read(read, 64):
+            if signal.SIGINT in data:
+                os._exit(interrupted())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write)  # (the watcher reads the end of the pipe and returns)
+        watcher.join()
+        os.close(read)
+
+
+def run(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     err = sys.stderr
@@ -137,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
     from model.course import MODEL_STEPS
-    from model.generate import ContextError, encode_prompts, generate
+    from model.generate import ContextError, NotANumberError, encode_prompts, generate
     from model.gpt2 import BuildOptions, load_gpt2
     from weights import WeightsError, open_checkpoint
 
@@ -163,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         options = BuildOptions(impl=args.impl, device=args.device, dtype=args.dtype, linear=args.linear)
         if (note := bfloat16_note(options.placement)) and not (args.quiet or args.json):
             print(f"[{note}]", file=err)
-        gpt2 = load_gpt2(checkpoint, options)
+        with interrupt_ends_at_once():
+            gpt2 = load_gpt2(checkpoint, options)
     except (WeightsError, DeviceError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
@@ -192,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         results = generate(gpt2, prompts, args.max_new_tokens, sampling, args.seed, on_text if stream else None)
-    except ContextError as exc:
+    except (ContextError, NotANumberError) as exc:
         print(f"error: {exc}", file=err)
         return EXIT_USAGE
     interrupted = any(r.stop_reason == "interrupted" for r in results)

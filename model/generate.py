@@ -46,6 +46,10 @@ class ContextError(ValueError):
     """A prompt that does not fit GPT-2's context window."""
 
 
+class NotANumberError(ValueError):
+    """The model's scores hold NaN: its weights are not finite numbers."""
+
+
 def encode_prompts(tokenizer, prompts: list[str], config) -> list[list[int]]:
     """Each prompt's token ids; ContextError for one that encodes to nothing or
     does not fit the context window. Needs only the tokenizer and the config,
@@ -96,6 +100,7 @@ def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_token
     start = time.perf_counter()
     # The cache holds the prompt and every token fed back (the last one is not).
     logits, cache = gpt2.step(ids, gpt2.empty_cache(len(group), ids.shape[1] + steps - 1))
+    finite(logits, gpt2)
     prefill = time.perf_counter() - start
     for r in group:
         r.prefill_seconds = prefill
@@ -103,6 +108,7 @@ def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_token
     for step in range(steps):
         if step > 0:
             logits, cache = gpt2.step(last, cache)
+            finite(logits, gpt2)
         for b, r in enumerate(group):
             if not active[b]:
                 continue
@@ -134,6 +140,14 @@ def _generate_group(gpt2, group: list[Result], indices: list[int], max_new_token
             r.stop_reason = "context"
         if on_text and len(r.text) > len(shown[b]):
             on_text(indices[b], r.text[len(shown[b]):])
+
+
+def finite(logits: np.ndarray, gpt2) -> None:
+    """NotANumberError when ``logits`` hold a NaN (microseconds a step): NaN
+    or infinite weights make NaN scores, which no token can be picked from."""
+    if np.isnan(logits).any():
+        raise NotANumberError(f"the model's scores are NaN: the weights in {gpt2.source} hold NaN or infinite "
+                              "values")
 
 
 def prompt_streams(seed: int | None, prompts: list[str]) -> list[np.random.Generator]:

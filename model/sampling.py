@@ -21,6 +21,9 @@ class Sampling:
         """Raise ValueError with a one-line message for impossible settings."""
         if not self.temperature >= 0:
             raise ValueError(f"--temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if self.temperature == float("inf"):  # every token alike: noise, not text
+            raise ValueError("--temperature must be finite (0 is greedy; 1 samples the model as it is; the server "
+                             "takes at most 2)")
         if self.top_k is not None and self.top_k < 1:
             raise ValueError(f"--top-k must be >= 1, got {self.top_k}")
         if not 0 < self.top_p <= 1:
@@ -47,11 +50,14 @@ def next_token(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator,
                                 penalised * sampling.repetition_penalty)
     if sampling.temperature == 0:
         return int(np.argmax(scores))
-    scores /= sampling.temperature
+    # The best score made 0 before dividing: a temperature near 0 then sends the others
+    # to -inf (greedy, its limit), never inf - inf (NaN).
+    with np.errstate(over="ignore"):
+        scores = (scores - scores.max()) / sampling.temperature
     if sampling.top_k is not None and sampling.top_k < len(scores):
         kth = np.partition(scores, -sampling.top_k)[-sampling.top_k]
         scores[scores < kth] = -np.inf
-    probs = np.exp(scores - scores.max())
+    probs = np.exp(scores)
     probs /= probs.sum()
     if sampling.top_p < 1.0:
         # Only tokens with probability left (after top-k, at most k of them)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from weights.errors import WeightsError
@@ -17,6 +18,9 @@ GPT2_ONLY = {
     "add_cross_attention": False,  # True: an encoder-decoder block
     "tie_word_embeddings": True,  # False: a head of its own
 }
+
+# GPT-2 124M's sizes: a config.json without a field means these (as Hugging Face reads it).
+DEFAULTS = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, layer_norm_epsilon=1e-5)
 
 # Activations that are GPT-2's tanh-approximated GELU under another name.
 TANH_GELU = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast"}
@@ -51,21 +55,28 @@ def read_config(folder: Path, config_class=None):
             raise WeightsError(f"{path}: {name} is {json.dumps(raw[name])}; this project runs GPT-2's default "
                                f"({json.dumps(default)}) only, so this checkpoint would give other text than "
                                "Hugging Face's")
+    # Each field by the key it is read from (GPT-2's defaults where there is none).
+    keys = dict(vocab_size="vocab_size", n_positions="n_positions" if "n_positions" in raw else "n_ctx",
+                n_embd="n_embd", n_layer="n_layer", n_head="n_head", layer_norm_epsilon="layer_norm_epsilon")
+    fields = {name: raw.get(key, DEFAULTS[name]) for name, key in keys.items()}
+    for name, value in fields.items():
+        if not _is_number(value, whole=name != "layer_norm_epsilon") or not value > 0:
+            kind = "a number > 0" if name == "layer_norm_epsilon" else "a whole number > 0"
+            raise WeightsError(f"{path}: {keys[name]} is {json.dumps(value)}; expected {kind}")
     n_inner = raw.get("n_inner")
-    if n_inner not in (None, 4 * raw.get("n_embd", 768)):
+    if n_inner not in (None, 4 * fields["n_embd"]):
         raise WeightsError(f"{path}: n_inner {n_inner} is not 4 * n_embd; only GPT-2's MLP width is supported")
-    fields = dict(
-        vocab_size=raw.get("vocab_size", 50257),
-        n_positions=raw.get("n_positions", raw.get("n_ctx", 1024)),
-        n_embd=raw.get("n_embd", 768),
-        n_layer=raw.get("n_layer", 12),
-        n_head=raw.get("n_head", 12),
-        layer_norm_epsilon=raw.get("layer_norm_epsilon", 1e-5),
-    )
     try:
         return config_class(**fields)
     except (ValueError, TypeError) as exc:
         raise WeightsError(f"{path}: {exc}") from None
+
+
+def _is_number(value, whole: bool) -> bool:
+    """A JSON number (a whole one when ``whole``) that is finite; not a bool."""
+    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+        return False
+    return whole or math.isfinite(value)
 
 
 def read_eos_token_ids(folder: Path) -> list[int] | None:

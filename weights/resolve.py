@@ -35,6 +35,8 @@ def resolve_model(model: str) -> Path:
     need no network. A download shows huggingface_hub's progress bars.
     ``demo`` is the bundled demo model.
     """
+    if not model.strip():
+        raise WeightsError("the model name is empty: give a Hugging Face id (gpt2, ...), a folder, or demo")
     if model == "demo" and not Path(model).is_dir():
         return check_folder(DEMO)
     path = Path(model).expanduser()
