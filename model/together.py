@@ -94,7 +94,11 @@ class Other:
 
         if not saved_graphs.is_saved(self.name):
             return None
-        engine_model = saved_graphs.store_for(self.name, CPU()).run(self.weights).engine_model
+        store = saved_graphs.store_for(self.name, CPU())
+        if not store.direct:  # damaged, set aside: compiled again by its caller
+            store.discard()
+            return None
+        engine_model = store.run(self.weights).engine_model
         return lambda *inputs: engine_model.execute(*(Buffer.from_dlpack(x) for x in inputs))
 
     def compile(self):
