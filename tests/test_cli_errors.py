@@ -92,9 +92,11 @@ def test_nan_weights_are_one_line(tmp_path):
 
 
 def test_a_reader_that_goes_away_ends_the_run_quietly():
-    """``python -m model ... | head -c 5``: no BrokenPipeError, the status a program SIGPIPE ends gives."""
-    child = subprocess.Popen([sys.executable, "-m", "model", "--model", "demo", "--max-new-tokens", "300", "Hello"],
-                             cwd=ROOT, env=dict(os.environ, **{portable.BACKGROUND: "0"}), stdout=subprocess.PIPE,
+    """``python -m model ... | head -c 5``: no BrokenPipeError, the status a program SIGPIPE ends gives (greedy:
+    the demo runs on to its context, never done before the reader goes)."""
+    args = ["--model", "demo", "--temperature", "0", "--max-new-tokens", "300", "Hello"]
+    child = subprocess.Popen([sys.executable, "-m", "model", *args], cwd=ROOT,
+                             env=dict(os.environ, **{portable.BACKGROUND: "0"}), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
     assert child.stdout.read(5) == b"Hello"
     child.stdout.close()
