@@ -218,14 +218,17 @@ def saved_facts(name: str) -> dict | None:
 
 
 # Graphs this process uses without a saved copy: a shipped graph read from
-# its compressed file where the cache cannot be written (model/portable).
+# its compressed file where the cache cannot be written (model/portable);
+# and those found unreadable, not held again.
 _HELD: dict[str, tuple[dict, object]] = {}
+_UNREADABLE: set[str] = set()
 
 
 def hold(name: str, facts: dict, open_mef) -> None:
     """``name``'s graph used from ``open_mef()`` (a binary stream of its MEF)
     for the rest of this process; ``facts``: the build's, as saved beside it."""
-    _HELD[name] = (facts, open_mef)
+    if name not in _UNREADABLE:
+        _HELD[name] = (facts, open_mef)
 
 
 def bundle_mef(facts: dict) -> Path | None:
@@ -291,42 +294,57 @@ def store_for(name: str, device, direct: bool = True) -> Store:
     graph directly has not been run on a GPU yet (docs/gpu.md)."""
     if not caches.enabled():
         return Store(name)
-    from max.engine import InferenceSession, read
+    from max.engine import InferenceSession
 
-    folder = entry = caches.folder("graphs") / name
     damaged = False
-    if name in _HELD:
-        facts, open_mef = _HELD[name]
-        try:
-            with open_mef() as mef:
-                return Store(name, InferenceSession(devices=[device]), facts=facts, artifact=read(mef))
-        except (OSError, EOFError, RuntimeError, ValueError) as exc:  # (lzma's errors are ValueErrors and EOFErrors)
-            del _HELD[name]
-            print(f"note: the shipped graph could not be read ({type(exc).__name__}: {exc}); compiling",
-                  file=sys.stderr, flush=True)
-            damaged = True
-    elif is_saved(name):
-        try:
-            facts = saved_facts(name)
-            mef = bundle_mef(facts)  # a bundle is only driven directly (model/together.py: CPU builds)
-            if mef is None:
-                # The MEF carries the compiled custom kernels too: no library needed.
-                [graph] = json.loads((folder / MANIFEST).read_text())["graphs"]
-                mef = folder / graph["key"]
-            entry = mef.parent
-            artifact = read(mef)  # a MEF cut short or damaged fails here
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
-            caches.set_aside(entry, "a saved graph", exc)
-            damaged = True
-        else:
-            _say_note(name)
-            if direct or entry != folder:
-                return Store(name, InferenceSession(devices=[device]), mef=mef, facts=facts, artifact=artifact)
-            return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), facts=facts)
+    if name in _HELD or is_saved(name):
+        store = (_held if name in _HELD else _saved)(name, device, direct)
+        if store is not None:
+            return store
+        damaged = True
     staging = caches.staging(caches.folder("graphs"))
     if staging is None:  # the cache cannot be written: compiled, not saved
         return Store(name, damaged=damaged)
     return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging, damaged=damaged)
+
+
+def _saved(name: str, device, direct: bool) -> Store | None:
+    """``store_for``'s saved graph, loaded; None when it fails to (set aside)."""
+    from max.engine import InferenceSession, read
+
+    folder = entry = caches.folder("graphs") / name
+    try:
+        facts = saved_facts(name)
+        mef = bundle_mef(facts)  # a bundle is only driven directly (model/together.py: CPU builds)
+        if mef is None:
+            # The MEF carries the compiled custom kernels too: no library needed.
+            [graph] = json.loads((folder / MANIFEST).read_text())["graphs"]
+            mef = folder / graph["key"]
+        entry = mef.parent
+        artifact = read(mef)  # a MEF cut short or damaged fails here
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        caches.set_aside(entry, "a saved graph", exc)
+        return None
+    _say_note(name)
+    if direct or entry != folder:
+        return Store(name, InferenceSession(devices=[device]), mef=mef, facts=facts, artifact=artifact)
+    return Store(name, InferenceSession(devices=[device], precompiled_mefs=folder), facts=facts)
+
+
+def _held(name: str, device, direct: bool) -> Store | None:
+    """``store_for``'s graph held by this process (``hold``), read; None when it cannot be."""
+    from max.engine import InferenceSession, read
+
+    facts, open_mef = _HELD[name]
+    try:
+        with open_mef() as mef:
+            return Store(name, InferenceSession(devices=[device]), facts=facts, artifact=read(mef))
+    except (OSError, EOFError, RuntimeError, ValueError) as exc:  # (lzma's errors are ValueErrors and EOFErrors)
+        del _HELD[name]
+        _UNREADABLE.add(name)
+        print(f"note: the shipped graph is damaged ({type(exc).__name__}: {exc}): compiled instead",
+              file=sys.stderr, flush=True)
+        return None
 
 
 def note_first_load(name: str, line: str) -> None:
