@@ -23,9 +23,11 @@ Anything after ``--`` goes to ``max serve`` unchanged (``max serve --help``).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,14 +35,22 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from model.device import AUTO_DTYPE
+from model.device import AUTO_DTYPE, DeviceError
 from model.options import IMPLS, LINEARS, BuildOptions
+from serve.lifeline import PARENT
 
 ROOT = Path(__file__).resolve().parent.parent
 DRAIN_SECONDS = 30.0  # in-flight requests' time to finish after SIGTERM (MAX_SERVE_GRACEFUL_SHUTDOWN_TIMEOUT_S)
 LEFTOVER_SECONDS = 10.0  # after max serve exits: SIGTERM to what is left of its group, SIGKILL after this
 
 MAX_BATCH_SIZE = 8  # sequences decoded together by default; bench.serve measures this default too
+# MAX's server reads its metrics port from the environment only, 8001 unless set (max/serve/config.py).
+METRICS_PORT_ENV, METRICS_PORT = "MAX_SERVE_METRICS_ENDPOINT_PORT", 8001
+
+
+class StartError(Exception):
+    """What stops the server before its engine starts, said in one line (exit status 2): the
+    engine would fail on it only after its own start, in a traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,18 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
 def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The ``max serve`` command line and environment for ``args``."""
     from weights import read_config, resolve_model
-    from weights.checkpoint import weight_files
+    from weights.checkpoint import read_safetensors_folder, weight_files
 
     folder = resolve_model(args.model)
     config = read_config(folder)  # refuses, by name, what this project cannot run as HF does
     if args.max_length is not None and not 1 <= args.max_length <= config.n_positions:
-        raise SystemExit(f"serve: --max-length must be 1..{config.n_positions} (this model's n_positions)")
+        raise StartError(f"--max-length must be 1..{config.n_positions} (this model's n_positions)")
+    read_safetensors_folder(folder)  # headers and byte ranges only (mapped, not read): a truncated file is named
     device = args.device
-    if device == "auto":  # a GPU when MAX sees one, except on macOS (model/device.py)
+    if device != "cpu":  # a GPU when MAX sees one (auto: except on macOS), or --device gpu refused (model/device.py)
         from model.device import auto_note, choose
 
-        device = choose("auto").kind
-        if note := auto_note("auto"):
+        device = choose(device).kind
+        if note := auto_note(args.device):
             print(f"serve: {note}", file=sys.stderr)
     # What the engine's process builds (serve/model_config.py reads it back):
     # --dtype auto's precision for the device (float32: model/device.py), the --impl and --linear asked for,
@@ -144,8 +155,8 @@ def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     # (GPT2_SERVE_OPTIONS: serve/model_config.py's OPTIONS, not imported here: it imports MAX's pipelines, ~5 s)
     env = dict(os.environ, OTEL_SDK_DISABLED="true", HF_HUB_OFFLINE="1", GPT2_SERVE_OPTIONS=json.dumps(asdict(options)),
                PYTHONPATH=os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])))
-    if args.metrics_port is not None:  # a setting of MAX's server, read from the environment only
-        env["MAX_SERVE_METRICS_ENDPOINT_PORT"] = str(args.metrics_port)
+    if args.metrics_port is not None:
+        env[METRICS_PORT_ENV] = str(args.metrics_port)
     # uvicorn's timeout_graceful_shutdown (max/serve/api_server.py's
     # fastapi_config), also read from the environment only; whole seconds.
     env["MAX_SERVE_GRACEFUL_SHUTDOWN_TIMEOUT_S"] = str(max(0, round(args.drain_timeout)))
@@ -164,6 +175,54 @@ def unfinished(args: argparse.Namespace) -> str | None:
     return unfinished_message(todo) if todo else None
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """The numbers the engine would refuse only once started."""
+    if args.max_batch_size < 1:
+        raise StartError(f"--max-batch-size must be at least 1, was {args.max_batch_size}")
+    if args.drain_timeout < 0:
+        raise StartError(f"--drain-timeout must be 0 or more seconds, was {args.drain_timeout}")
+    for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
+        if port is not None and not 1 <= port <= 65535:
+            raise StartError(f"{flag} {port}: a port is a number from 1 to 65535")
+
+
+def check_ports(args: argparse.Namespace) -> None:
+    """Both ports free on --host: the engine's HTTP server would fail on a port in use only
+    after the model is loaded, and a metrics endpoint on a port in use would be missing (or be
+    another server's)."""
+    metrics = args.metrics_port
+    if metrics is None:
+        try:
+            metrics = int(os.environ.get(METRICS_PORT_ENV, METRICS_PORT))
+        except ValueError:
+            raise StartError(f"{METRICS_PORT_ENV}={os.environ[METRICS_PORT_ENV]!r} is not a port") from None
+    if metrics == args.port:
+        raise StartError(f"--port and the metrics port are both {args.port}: give --metrics-port another")
+    for flag, port in (("--port", args.port), ("--metrics-port", metrics)):
+        check_port(args.host, port, flag)
+
+
+def check_port(host: str, port: int, flag: str) -> None:
+    """Each address ``host`` names bound and let go, as uvicorn's server (asyncio's
+    create_server) binds every one of them."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise StartError(f"--host {host}: {exc.strerror}") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise StartError(f"{flag} {port}: {host}:{port} is in use (another server?); "
+                                     f"choose another with {flag}") from None
+                raise StartError(f"cannot listen on {host}:{port} (--host, {flag}): {exc.strerror}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     passthrough: list[str] = []
@@ -179,13 +238,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serve: {refused}", file=sys.stderr)
         return 2
     try:
+        check_options(args)
         command, env = serve_command(args)
-    except WeightsError as exc:
+        if args.dry_run:
+            print(" ".join(command))
+            return 0
+        check_ports(args)
+    except (StartError, WeightsError, DeviceError) as exc:
         print(f"serve: {exc}", file=sys.stderr)
         return 2
-    if args.dry_run:
-        print(" ".join(command))
-        return 0
     from serve.shipped import start_note
 
     device = command[command.index("--devices") + 1]
@@ -203,8 +264,9 @@ def run_server(command: list[str], env: dict[str, str]) -> int:
     """``max serve`` run to its end, Ctrl-C and SIGTERM forwarded to it; then
     what is left of its process group ended. Its exit status."""
     # Its own session and process group: a terminal's Ctrl-C reaches this
-    # process only, which forwards it.
-    process = subprocess.Popen(command, env=env, start_new_session=True)
+    # process only, which forwards it. Named as its parent, this process takes
+    # it along if it is killed (serve/lifeline.py).
+    process = subprocess.Popen(command, env={**env, PARENT: str(os.getpid())}, start_new_session=True)
 
     def forward(signum, _frame):
         # To `max serve`'s own process only, not its group. There uvicorn stops

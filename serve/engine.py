@@ -6,19 +6,27 @@ This is what ``python -m serve`` starts, in place of the ``max serve``
 command: MAX's own command-line entry (its flags, its serving stack, its
 model worker, its shutdown), with one difference. The FastAPI app MAX builds
 is handed to the server wrapped in serve/checks.py's ``CompletionChecks``,
-which answers what MAX 26.7's completions route would ignore or hide
-(``n``, ``logit_bias``, ``seed: 0``, a bad ``temperature``, ``stop``,
-``echo``'s text, ...).
-No MAX code is changed: the wrapper is put where the entry builds its app
+which answers what MAX 26.7's completions route would ignore, hide or fail
+on (``n``, ``logit_bias``, ``seed: 0``, a bad ``temperature``, ``stop``,
+``echo``'s text, token ids past the vocabulary, ...). And each of its
+processes, the workers too, ends when the process that started it ends
+(serve/lifeline.py). No MAX code is changed: the wrapper is put where the entry builds its app
 (``serve_api_and_model_worker.fastapi_app``, the one name MAX's entry calls),
 and tests/test_serve_parts.py checks that this seam still exists.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from serve.checks import CompletionChecks
+from serve.lifeline import end_with_parent
+
+if __name__ == "__mp_main__":
+    # A worker the engine spawned: multiprocessing's spawn imports the main
+    # module again under this name, before the worker runs anything else.
+    end_with_parent(signal.SIGKILL)
 
 
 def with_checks(make_app):
@@ -40,6 +48,7 @@ def with_checks(make_app):
 
 
 def main(argv: list[str]) -> None:
+    end_with_parent(signal.SIGTERM)  # python -m serve's: stopped as on Ctrl-C if it is killed
     from model.max_internals import serve_entrypoints
 
     pipelines, entry = serve_entrypoints()

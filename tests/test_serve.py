@@ -9,6 +9,7 @@ continuation (tests/reference/demo, made by make_demo.py) and the app's own.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -1029,3 +1030,40 @@ def test_lm_eval_s_requests_are_served(echo_server, tokenizer, genesis):
     assert len(choice["logprobs"]["token_logprobs"]) == 256
     (choice,) = send({"prompt": [genesis[:9]], "temperature": 0, "max_tokens": 64, "stop": ["\n\n", "<|endoftext|>"]})
     assert "\n\n" not in choice["text"] and choice["logprobs"] is None
+
+
+def ports_free(*ports: int) -> bool:
+    """Whether a server could listen on each of ``ports`` on 127.0.0.1 (as uvicorn binds)."""
+    for port in ports:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def test_sigkill_of_the_launcher_takes_every_process_of_the_server_along(steps_server):
+    """Last of the file: SIGKILL to `python -m serve`, which can pass nothing on. Its engine, told
+    by the kernel (serve/lifeline.py), stops as on SIGTERM, and its workers with it: within
+    GONE_WITHIN seconds no process of the tree is left and both ports can be bound again. Before,
+    the engine and its workers served on, holding both ports, and the next start on them failed
+    with "port in use"."""
+    tree = process_tree(steps_server.process.pid)
+    assert len(tree) > 2, "the launcher, max serve and its workers"
+    start = time.monotonic()
+    steps_server.process.kill()
+    steps_server.process.wait()
+    while time.monotonic() - start < GONE_WITHIN and (
+            any(alive(pid) for pid in tree) or not ports_free(steps_server.port, steps_server.metrics_port)):
+        time.sleep(0.05)
+    gone = time.monotonic() - start
+    left = [pid for pid in tree if alive(pid)]
+    print(f"\nSIGKILL to the launcher: {len(tree)} processes, {len(left)} left and both ports "
+          f"{'free' if ports_free(steps_server.port, steps_server.metrics_port) else 'held'} after {gone:.2f} s")
+    for pid in left:  # nothing may outlive the test, whatever it found
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"left {gone:.0f} s after the launcher's SIGKILL: {left}"
+    assert ports_free(steps_server.port, steps_server.metrics_port)

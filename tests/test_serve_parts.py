@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import run_python
 
-from serve.__main__ import build_parser, main, serve_command
+from serve.__main__ import StartError, build_parser, main, serve_command
 from weights.resolve import DEMO
 
 
@@ -101,7 +101,9 @@ def command(*argv: str) -> list[str]:
     return serve_command(args)[0]
 
 
-def test_the_command_line_declares_what_gpt2_needs():
+def test_the_command_line_declares_what_gpt2_needs(monkeypatch):
+    from model import device
+
     cmd = command("--model", "demo", "--device", "cpu")
     flags = {cmd[i]: cmd[i + 1] for i in range(3, len(cmd) - 1) if cmd[i].startswith("--")}
     assert cmd[:3] == [sys.executable, "-m", "serve.engine"]  # max serve, with the checks in front
@@ -110,6 +112,7 @@ def test_the_command_line_declares_what_gpt2_needs():
     assert flags["--quantization-encoding"] == "float32"
     assert flags["--max-length"] == str(json.loads((DEMO / "config.json").read_text())["n_positions"])
     assert flags["--weight-path"] == str(DEMO / "model.safetensors")
+    monkeypatch.setattr(device, "accelerator_count", lambda: 1)  # --device gpu is refused where MAX sees none
     on_gpu = dict(zip(*[iter(command("--model", "demo", "--device", "gpu")[3:])] * 2))
     assert (on_gpu["--devices"], on_gpu["--quantization-encoding"]) == ("gpu", "float32")  # float32 on a GPU too
 
@@ -171,7 +174,7 @@ def test_the_checks_seam_is_where_max_s_entry_builds_its_app():
 
 
 def test_usage_errors_before_any_server(tmp_path, capsys):
-    with pytest.raises(SystemExit, match="--max-length must be 1..256"):
+    with pytest.raises(StartError, match="--max-length must be 1..256"):
         command("--model", "demo", "--max-length", "4096")
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (tmp_path / "model.safetensors").write_bytes(b"")
