@@ -14,7 +14,10 @@
                                      (checker/eager_kernels; ~180 MB)
 
 Delete the folder to free the space; nothing in it is needed to run, only
-to start faster. ``GPT2_MAX_SAVED_GRAPHS=0`` keeps nothing of the model's (saved graphs,
+to start faster, and nothing in it can stop a run: every entry is written
+whole or not at all (``writing``), one that fails to load is set aside and
+made again (``set_aside``), and a cache that cannot be written means running
+without saving, said once (``without_saving``). ``GPT2_MAX_SAVED_GRAPHS=0`` keeps nothing of the model's (saved graphs,
 copies and blocks alike) and makes everything again every run. The kernel
 library is always kept: without it MAX precompiles the kernels at every op
 call (``layers/custom_op.py``).

@@ -27,6 +27,9 @@ MAX binds every graph of an artifact when it loads one, so a graph loaded
 from a bundle binds a one-element placeholder for each of the others'
 weights; those graphs are never run.
 
+A saved graph that fails to load (a MEF cut short, facts that are not JSON)
+is set aside and made again (model/caches.py), a shipped one unpacked anew.
+
 Where: ``graphs/`` in the project's cache folder (model/caches.py), one
 folder per graph (~14 MB for GPT-2 124M) or bundle, and beside a graph's
 folder a line to say at its first load (``<name>.note``: one compiled in the

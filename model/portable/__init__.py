@@ -31,7 +31,8 @@ it is; when they differ, the Mojo kernels must be the ones it was compiled
 with, and the model is traced (a few seconds, nothing compiled) and the
 graph's body compared. Otherwise the app compiles as before, and says why. A
 used graph is unpacked into the saved graphs (model/saved_graphs.py), so
-later starts load it as they load any saved one.
+later starts load it as they load any saved one; where the cache cannot take
+it (read-only, full), it is read from its compressed file every run.
 
 Where this CPU's own kernel path is not the target's (AVX-512 with VNNI), its
 own graph is compiled in the background (niced, one at a time), and used from
