@@ -4,6 +4,7 @@ full) leaves the run going without saving (model/caches.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -133,3 +134,22 @@ def test_a_full_disk_means_running_without_saving(tmp_path, monkeypatch, capsys)
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"note: running without saving: {tmp_path / 'graphs'} cannot be written")
     assert not [p for p in (tmp_path / "graphs").iterdir()]
+
+
+def test_a_damaged_graph_of_a_unit_is_set_aside_for_its_caller_to_compile(tmp_path, monkeypatch, capsys):
+    """A unit's graph that is not a model's (model/together.py's Other) found damaged: None, as if never saved."""
+    from model import saved_graphs
+    from model.together import Other
+
+    monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
+    folder = tmp_path / "graphs" / "graph_damaged"
+    folder.mkdir(parents=True)
+    (folder / saved_graphs.FACTS).write_text("{}")
+    (folder / saved_graphs.MANIFEST).write_text(json.dumps({"graphs": [{"key": "graph.mef"}]}))
+    (folder / "graph.mef").write_bytes(b"not a MEF")
+    other = Other(module=None, input_types=[], weights={})
+    other.__dict__["name"] = folder.name  # (its name is otherwise what its traced graph computes)
+    assert other.saved() is None
+    assert not folder.exists() and folder.with_name(folder.name + caches.BROKEN).is_dir()
+    assert "is damaged" in capsys.readouterr().err
+    assert not list((tmp_path / "graphs").glob(caches.STAGING + "*"))
