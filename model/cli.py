@@ -114,9 +114,9 @@ def utf8(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        byte = ord(text[exc.start]) - 0xDC00
-        raise UsageError(f"{what} is not UTF-8 text (byte 0x{byte:02x} at character {exc.start}); "
-                         "pass it in UTF-8") from None
+        code = ord(text[exc.start])
+        bad = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise UsageError(f"{what} is not UTF-8 text ({bad} at character {exc.start}); pass it in UTF-8") from None
 
 
 def sampling_from(args) -> Sampling:
