@@ -57,7 +57,8 @@ class GPT2Config:
         # Refuse impossible sizes early, with a message that says what is wrong.
         # Raise ValueError when any of vocab_size, n_positions, n_embd, n_layer,
         # n_head is not a positive integer, when layer_norm_epsilon <= 0, and
-        # when n_embd is not divisible by n_head.
+        # when n_embd is not divisible by n_head (test the sizes first: with
+        # n_head = 0, n_embd % n_head divides by zero).
         # BEGIN SOLUTION
         for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
             value = getattr(self, name)

@@ -48,7 +48,8 @@ class GPT2Config:
         # Refuse impossible sizes early, with a message that says what is wrong.
         # Raise ValueError when any of vocab_size, n_positions, n_embd, n_layer,
         # n_head is not a positive integer, when layer_norm_epsilon <= 0, and
-        # when n_embd is not divisible by n_head.
+        # when n_embd is not divisible by n_head (test the sizes first: with
+        # n_head = 0, n_embd % n_head divides by zero).
         raise NotImplementedError("TODO(step 01): replace this line with your code")
 
     @property

@@ -16,6 +16,10 @@ MISTAKES = [
     ("01", "no divisibility validation",
      [("if self.n_embd % self.n_head != 0:", "if False:")], "n_embd % n_head == 0"),
     ("01", "zero sizes accepted", [("value <= 0", "value < 0")], "every size must be > 0"),
+    ("01", "divisibility tested before the sizes",
+     [("        for name in (\"vocab_size\",",
+       "        if self.n_embd % self.n_head != 0:\n            raise ValueError(\"n_embd % n_head\")\n"
+       "        for name in (\"vocab_size\",")], "with n_head = 0 the remainder divides by zero"),
     ("01", "a size of 1 refused", [("value <= 0", "value <= 1")], "a size of 1 is valid"),
     ("01", "head_dim with true division", [("return self.n_embd // self.n_head", "return self.n_embd / self.n_head")], "use //"),
     ("01", "wrong gpt2-medium heads",

@@ -98,6 +98,7 @@ INVALID = [
      "check n_embd % n_head == 0 and raise ValueError otherwise"),
     (dict(n_layer=0), "n_layer = 0", "every size must be > 0: raise ValueError for 0 or less"),
     (dict(n_head=-4), "n_head = -4", "every size must be > 0: raise ValueError for 0 or less"),
+    (dict(n_head=0), "n_head = 0", "every size must be > 0: raise ValueError for 0 or less"),
     (dict(vocab_size=0), "vocab_size = 0", "every size must be > 0: raise ValueError for 0 or less"),
     (dict(n_positions=-1), "n_positions = -1", "every size must be > 0: raise ValueError for 0 or less"),
     (dict(layer_norm_epsilon=0.0), "layer_norm_epsilon = 0", "layer_norm_epsilon must be > 0"),
@@ -126,6 +127,12 @@ def check_validation(ctx: StepContext) -> None:
             cls(**kwargs)
         except ValueError:
             continue
+        except ZeroDivisionError as exc:  # n_embd % n_head tested before n_head > 0
+            raise CheckFailed(
+                f"GPT2Config({', '.join(f'{k}={v}' for k, v in kwargs.items())}) raised ZeroDivisionError "
+                f"({case}), expected ValueError",
+                "refuse sizes of 0 or less first, then test n_embd % n_head: "
+                "with n_head = 0 the remainder divides by zero") from exc
         raise CheckFailed(f"GPT2Config({', '.join(f'{k}={v}' for k, v in kwargs.items())}) was accepted ({case})", hint)
 
 
