@@ -1052,6 +1052,9 @@ def test_sigkill_of_the_launcher_takes_every_process_of_the_server_along(steps_s
     with "port in use"."""
     tree = process_tree(steps_server.process.pid)
     assert len(tree) > 2, "the launcher, max serve and its workers"
+    engine = next(pid for pid in tree if pid != steps_server.process.pid and group_of(pid) == pid)
+    scratch = Path(dict(line.split(b"=", 1) for line in Path(f"/proc/{engine}/environ").read_bytes().split(b"\0")
+                        if b"=" in line)[b"TMPDIR"].decode())
     start = time.monotonic()
     steps_server.process.kill()
     steps_server.process.wait()
@@ -1065,5 +1068,6 @@ def test_sigkill_of_the_launcher_takes_every_process_of_the_server_along(steps_s
     for pid in left:  # nothing may outlive the test, whatever it found
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(scratch)  # the launcher's temporary folder: nothing of it ran after SIGKILL to remove it
     assert not left, f"left {gone:.0f} s after the launcher's SIGKILL: {left}"
     assert ports_free(steps_server.port, steps_server.metrics_port)

@@ -64,7 +64,7 @@ def test_start_up_problems_are_one_line_and_exit_2_before_the_engine_starts(case
             *(flag.format(**names) for flag in flags)]
     env = {**os.environ, **dict.fromkeys(GPU_VISIBILITY, "")}  # no GPU in sight, whatever the machine
     start = time.monotonic()
-    done = run_python("-m", "serve", *argv, timeout=300, env=env)
+    done = run_python("-m", "serve", *argv, timeout=120, env=env)
     seconds = time.monotonic() - start
     print(f"\n{case}: exit {done.returncode} after {seconds:.1f} s: {done.stderr.strip()}")
     assert done.returncode == 2, done.stdout + done.stderr
