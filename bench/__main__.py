@@ -283,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtypes", nargs="+", default=None, choices=[d for d in DTYPES if d != "auto"],
                    help="this project's precisions to measure (default: float32 q8_0 q6_k q4_0 q4_0m on the CPU, "
                         "float32 bfloat16 on a GPU; bfloat16 needs --device gpu)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "gpu", "auto"])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"],
+                   help="as the app's: auto takes a GPU when MAX sees one, else the CPU; cpu or gpu to choose "
+                        "(default: auto)")
     p.add_argument("--reps", type=int, default=3, help="repetitions per figure; medians are reported (default: 3)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens per decode run (default: 128)")
     p.add_argument("--hf-python", default=os.environ.get("GPT2_MAX_HF_PYTHON"),
