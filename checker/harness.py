@@ -223,8 +223,8 @@ def _mask_width_hint(text: str, learner_path: Path) -> str | None:
             if "causal_mask(" in line and not line.lstrip().startswith(("#", "def "))]
     where = "; ".join(f"{learner_path.name}:{n}: `{code}`" for n, code in made) or "where you build it"
     return (f"the scores have {scores[3]} keys (the cached ones and the new) but the mask is [{mask[0]}, {mask[1]}]: "
-            f"build the mask for every key, causal_mask(seq_len, past_len) with past_len = the cached length "
-            f"(k.shape[2] - seq_len). The mask is made at {where}")
+            f"build the mask for every key, causal_mask(seq_len, past_len) with past_len = k.shape[2] - seq_len, "
+            f"the keys before the new rows. The mask is made at {where}")
 
 
 def _shape_hint(text: str, default: str) -> str:
@@ -232,6 +232,9 @@ def _shape_hint(text: str, default: str) -> str:
         return ("the op's inputs have different dtypes (the `why` line names them): a length taken from a shape, "
                 "such as x.shape[-1], is an int64 dimension; make it a Python number first (int(x.shape[-1])) "
                 "before it meets a float tensor, or cast a tensor with t.cast(DType.float32)")
+    if mi.MATMUL_OP in text and _heads_into_linear(text):
+        return ("a Linear layer got [batch, n_head, seq, head_dim]: merge the heads first "
+                "(_merge_heads gives [batch, seq, n_embd]), then c_proj")
     if mi.MATMUL_OP in text or "matmul" in text.lower():
         return ("a matmul's shapes disagree: the last axis of the left must equal the second-to-last of the right "
                 "([.., n, k] @ [.., k, m]); for attention scores transpose the keys, q @ k.transpose(-1, -2)")
@@ -239,6 +242,18 @@ def _shape_hint(text: str, default: str) -> str:
         return ("MAX checks shapes as it builds each op: the inputs above are what that op got, `why` says which "
                 "dimensions disagree; print(t.shape) before that line to see where they went wrong")
     return default
+
+
+def _heads_into_linear(text: str) -> bool:
+    """A matmul of x [b, h, t, d] with a square weight [h*d, h*d]: c_proj
+    given the heads as they came out of attention, not merged."""
+    shapes = [[mi.DIM.sub(r"\1", d.strip()) for d in m[3].split(",")] for m in map(mi.OP_INPUT.search, text.splitlines())
+              if m]
+    if len(shapes) != 2 or len(shapes[0]) != 4 or len(shapes[1]) != 2 or not all(map(str.isdigit, shapes[1])):
+        return False
+    heads, width = shapes[0][1], shapes[0][3]
+    rows, cols = map(int, shapes[1])
+    return rows == cols and heads.isdigit() and width.isdigit() and int(heads) * int(width) == rows
 
 
 def _in_steps(filename: str) -> bool:

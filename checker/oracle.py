@@ -97,8 +97,9 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
 def attention(x: np.ndarray, w: dict[str, np.ndarray], n_head: int, prefix: str = "",
               past: tuple[np.ndarray, np.ndarray] | None = None, *, order: str = "qkv",
               split_transpose: bool = True, merge_transpose: bool = True, causal: bool = True,
-              **attend_knobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GPT-2 attention: (output, keys, values); keys/values include ``past``."""
+              project: bool = True, **attend_knobs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPT-2 attention: (output, keys, values); keys/values include ``past``
+    (``project=False``: the merged heads without c_proj, a known mistake)."""
     qkv = linear(x, w[prefix + "c_attn.weight"], w[prefix + "c_attn.bias"])
     parts = dict(zip(order, np.split(qkv, 3, axis=-1)))
     q, k, v = (split_heads(parts[c], n_head, transpose=split_transpose) for c in "qkv")
@@ -108,6 +109,8 @@ def attention(x: np.ndarray, w: dict[str, np.ndarray], n_head: int, prefix: str 
     t = x.shape[1]
     mask = causal_mask(t, k.shape[2] - t) if causal else None
     out = merge_heads(attend(q, k, v, mask, **attend_knobs), transpose=merge_transpose)
+    if not project:
+        return out, k, v
     return linear(out, w[prefix + "c_proj.weight"], w[prefix + "c_proj.bias"]), k, v
 
 

@@ -26,20 +26,40 @@ The cache: an object the layer calls
         k, v = cache.update(k, v)                   # the cached ones first, then the new ones
         out = cache.attend(q, k, v, self._attn)     # _attn with the mask the cache knows
 
-    You write the course's cache, ``ConcatCache``: ``update`` concatenates
-    the cached keys and values with the new ones (axis 2) and keeps the
-    result; ``attend`` calls ``_attn`` with step 02's mask for the new rows
-    after the cached positions (``past_len`` = the cached length). The app
-    and the server hand the same forward other caches: the app's writes into
-    buffers allocated once (model/kv_cache.py), the server's into the
-    serving engine's pages and attends with its flash-attention kernel
-    (serve/network.py), which alone knows where each request of a batch
-    starts. Your forward runs in all three.
+    You write the course's cache, ``ConcatCache``:
+
+    * ``update(k, v)`` puts the new keys and values after the cached ones
+      (``F.concat``, axis 2), keeps the result and returns it.
+      ``cache.length`` counts what the cache holds: before ``update`` the
+      earlier positions (past), after it those and the new rows (past + seq).
+    * ``attend(q, k, v, attn)`` runs after ``update``: its k holds the
+      cached keys and the new ones. It builds step 02's mask from its
+      arguments alone: seq = ``q.shape[2]`` new rows after
+      ``past_len = k.shape[2] - seq`` earlier keys (not ``self.length``,
+      which by then counts the new rows too), in q's dtype and on q's device,
+      since the mask is added to the scores:
+      ``causal_mask(seq, past_len, dtype=q.dtype, device=q.device)``; then it
+      returns ``attn(q, k, v, mask)``.
+
+    Which of your code runs where. The checks run all of it. The app
+    (``python -m model --impl steps``) keeps each layer's keys and values in
+    buffers allocated once and written in place (model/kv_cache.py), so its
+    cache has its own ``update`` and ``length``; it runs your forward, your
+    ``ConcatCache.attend`` and, through it, your ``_attn``. The server
+    (``python -m serve --impl steps``) writes into the serving engine's pages
+    and attends with its flash-attention kernel (serve/network.py), which
+    alone knows where each request of a batch starts; it runs your forward
+    (c_attn, the head split and merge, c_proj) and neither your cache nor
+    your ``_attn``.
 
 The math, per head, with d = head_dim
     scores  = Q K^T / sqrt(d)                 [seq, past + seq]
     weights = softmax(scores + mask)          over the last axis (the keys)
     out     = weights V                       [seq, d]
+
+    then for the layer: merge the heads ([h, seq, d] -> [seq, h*d = n_embd])
+    and project them with c_proj, which mixes what the heads found:
+    y       = merged W_proj + b_proj          [seq, n_embd]
 
     The scale keeps the dot products (a sum of d terms) from growing with d;
     without it softmax saturates. The mask goes in *before* the softmax, so
@@ -92,8 +112,8 @@ class ConcatCache:
         raise NotImplementedError("TODO(step 07): replace this line with your code")
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, attn) -> Tensor:
-        """``attn(q, k, v, mask)`` with step 02's causal mask for q's seq rows
-        after the k.shape[2] - seq cached positions."""
+        """``attn(q, k, v, mask)`` with step 02's causal mask, in q's dtype and
+        on q's device, for q's seq rows after the k.shape[2] - seq earlier keys."""
         raise NotImplementedError("TODO(step 07): replace this line with your code")
 
 

@@ -30,10 +30,18 @@ HINT_ORDER = "c_attn's output is Q, K, V in that order: split it into three n_em
 HINT_CONCAT = "the cached keys followed by the new ones: F.concat([self.keys, k], axis=2) (values alike)"
 HINT_KEEP = ("keep the result: self.keys, self.values = k, v after the concat, so that the next update "
              "(and length) finds every position so far")
-HINT_ATTEND_MASK = ("build the mask from attend's arguments: causal_mask(seq, k.shape[2] - seq), where k holds the "
-                    "cached keys and the new ones and seq = q.shape[2]; attend reads only its arguments (the app's "
-                    "cache borrows it), not self.length")
+HINT_ATTEND_MASK = ("build the mask from attend's arguments: causal_mask(seq, k.shape[2] - seq, dtype=q.dtype, "
+                    "device=q.device), where seq = q.shape[2] and k holds the cached keys and the new ones; not "
+                    "self.length, which after update counts the new rows too (the app's cache borrows attend, so it "
+                    "reads only its arguments)")
+HINT_MASK_DTYPE = ("make the mask in q's dtype and on q's device: causal_mask(..., dtype=q.dtype, device=q.device); "
+                   "it is added to the scores (bfloat16 on a GPU)")
 HINT_RETURNS = "end forward with `return self.c_proj(...)`, the output alone"
+HINT_NO_PROJ = ("project the merged heads with c_proj: return self.c_proj(self._merge_heads(...)); "
+                "c_proj mixes what the heads found (the last line of the math at the top of the step)")
+HINT_HEADS_LEFT = "merge the heads before c_proj: self.c_proj(self._merge_heads(cache.attend(...)))"
+HINT_FORWARD = ("c_attn -> split into Q, K, V -> _split_heads -> cache.update -> cache.attend(q, k, v, self._attn) "
+                "-> _merge_heads -> c_proj: compare each with the math at the top of the step")
 HINT_USE_CACHE = ("hand k, v to the cache you are given: k, v = cache.update(k, v); "
                   "make a ConcatCache only when it is None")
 
@@ -178,6 +186,12 @@ def check_cache_attend(ctx: StepContext) -> None:
         mask = maxrun.lazily(lambda q, k, v: ctx.learner.ConcatCache().attend(q, k, v, _mask_given),
                              *map(maxrun.tensor, (q, k, v)), what=what)
         compare(mask, oracle.causal_mask(seq, past), f"{what}: the mask it hands to attn", HINT_ATTEND_MASK)
+    # In float64 (MAX's interpreter runs it; the app's GPU runs bfloat16): the mask must follow q.
+    q, k, v = (rng.standard_normal((1, H, 3, D)) for _ in range(3))
+    mask = maxrun.lazily(lambda q, k, v: ctx.learner.ConcatCache().attend(q, k, v, _mask_given),
+                         *map(maxrun.tensor, (q, k, v)), what="ConcatCache().attend with float64 q, k, v")
+    if mask.dtype != np.float64:
+        raise CheckFailed(f"ConcatCache().attend with float64 q, k, v handed attn a {mask.dtype} mask", HINT_MASK_DTYPE)
 
 
 def _forward_mistakes(x, w, output: int = 0) -> dict[str, np.ndarray]:
@@ -194,6 +208,7 @@ def _forward_mistakes(x, w, output: int = 0) -> dict[str, np.ndarray]:
         HINT_SCALE_EMBD: variant(scale=1 / np.sqrt(E)),
         HINT_NO_MASK: variant(causal=False),
         HINT_AXIS: variant(softmax_axis=-2),
+        HINT_NO_PROJ: variant(project=False),
     })
     return mistakes
 
@@ -206,9 +221,11 @@ def check_forward(ctx: StepContext) -> None:
         what = f"attention on x of shape {[batch, seq, E]}"
         got = maxrun.run_cached(learner, x, ctx.learner.ConcatCache(), what=what, empty=HINT_USE_CACHE)
         out = maxrun.output_alone(got[0], f"forward(x, cache) on x of shape {[batch, seq, E]}", HINT_RETURNS)
+        if list(out.shape) == [batch, H, seq, D]:
+            raise CheckFailed(f"{what}: the output is [batch, n_head, seq, head_dim] {list(out.shape)}, "
+                              f"expected {[batch, seq, E]}", HINT_HEADS_LEFT)
         expected = maxrun.run_cached(solution, x, ctx.solution.ConcatCache())
-        compare(out, expected[0], what, "see the math at the top of the step",
-                lambda: _forward_mistakes(x, weights))
+        compare(out, expected[0], what, HINT_FORWARD, lambda: _forward_mistakes(x, weights))
         compare(got[1], expected[1], f"{what}: the keys the cache holds after forward [batch, n_head, seq, head_dim]",
                 "hand cache.update the keys after _split_heads", lambda: _forward_mistakes(x, weights, output=1))
         compare(got[2], expected[2], f"{what}: the values the cache holds after forward",
@@ -289,7 +306,7 @@ CHECKS = [
     Check("ConcatCache.attend: the causal mask for the new rows after the cached ones", check_cache_attend,
           HINT_ATTEND_MASK),
     Check("forward returns the output alone and matches the solution at batch 1-2, lengths 1, 7, 70",
-          check_forward, "c_attn -> split Q, K, V -> heads -> cache.update -> cache.attend(_attn) -> merge -> c_proj"),
+          check_forward, HINT_FORWARD),
     Check("forward works through the cache: cache.update, then cache.attend", check_through_cache, HINT_THROUGH),
     Check("with a KV cache, new tokens match a full forward", check_cache,
           "hand k, v to cache.update; attend through cache.attend"),
