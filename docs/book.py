@@ -136,26 +136,38 @@ def write_pages(book: Path = BOOK) -> None:
     (book / "index.md").write_text(
         relinked(readme, [(r"\]\(docs/", "]("), (r"\]\(weights/demo/MODEL_CARD\.md", "](model-card.md")])
     )
-    for page in sorted((ROOT / "docs").glob("*.md")):
+    for page in [*sorted((ROOT / "docs").glob("*.md")), *decision_records()]:
+        up = "../" * len(page.relative_to(ROOT / "docs").parts)  # from the page to the repository's root
+        at = re.escape(up)
         text = relinked(page.read_text(), [
-            (r"\]\(\.\./README\.md", "](index.md"),
-            (r"\]\(\.\./weights/demo/MODEL_CARD\.md", "](model-card.md"),
+            (rf"\]\({at}README\.md", "](" + up[3:] + "index.md"),
+            (rf"\]\({at}weights/demo/MODEL_CARD\.md", "](" + up[3:] + "model-card.md"),
             # A link to a source file (../model/cpu.py) has no page in the book: its path as code.
-            (r"\[([^\]]+)\]\(\.\./([^)#\s]+)(#[^)\s]*)?\)", r"\1 (`\2`)"),
+            (rf"\[([^\]]+)\]\({at}([^)#\s]+)(#[^)\s]*)?\)", r"\1 (`\2`)"),
         ])
-        (book / page.name).write_text(text)
+        (book / page.relative_to(ROOT / "docs")).parent.mkdir(parents=True, exist_ok=True)
+        (book / page.relative_to(ROOT / "docs")).write_text(text)
     card = (ROOT / "weights" / "demo" / "MODEL_CARD.md").read_text()
     (book / "model-card.md").write_text(relinked(card, [(r"\]\(\.\./\.\./docs/", "](")]))
 
 
+def decision_records() -> list[Path]:
+    """docs/decisions/NNNN-title.md, in their order."""
+    return sorted((ROOT / "docs" / "decisions").glob("[0-9][0-9][0-9][0-9]-*.md"))
+
+
 def on_config(config, **kwargs):
     """mkdocs hook (mkdocs.yml's ``hooks``): the course's section of the navigation gets one
-    entry per step of checker/registry.py, before the section's other pages."""
+    entry per step of checker/registry.py, before the section's other pages; the decisions'
+    section one per record of docs/decisions/, after its index."""
     for section in config["nav"] or []:
         if isinstance(section, dict) and "The course" in section:
             pages = section["The course"]
             steps = [{step.heading: f"steps/step-{step.number}.md"} for step in registry.STEPS]
             section["The course"] = steps + [page for page in pages if page not in steps]
+        if isinstance(section, dict) and "Decisions" in section:
+            records = [f"decisions/{page.name}" for page in decision_records()]
+            section["Decisions"] = [page for page in section["Decisions"] if page not in records] + records
     return config
 
 

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs"))
 import book  # noqa: E402  (docs/book.py)
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "weights" / "demo" / "MODEL_CARD.md"]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "decisions").glob("*.md")),
+         ROOT / "weights" / "demo" / "MODEL_CARD.md"]
 
 
 def outside_code(text: str) -> str:
