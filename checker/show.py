@@ -36,6 +36,40 @@ class Shown:
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     picture: np.ndarray | None = None  # a 2-D matrix worth looking at (its name: checker/registry.py)
     labels: list[str] | None = None  # names for a short output (step 01)
+    calls: list[tuple[str, int, int]] = field(default_factory=list)  # (call, first, end position) of a cached run
+
+
+class DuringCall(Exception):
+    """The learner's code raised during one call of a cached run (the cause is its exception)."""
+
+    def __init__(self, call: str) -> None:
+        super().__init__(call)
+        self.call = call
+
+
+# A step with a cache runs as the app runs it: the prompt in one call, then
+# one token a call, each through the same cache. A cache that loses or
+# misplaces the earlier keys shows in the calls after the prompt.
+PROMPT, TOKENS = 5, 3
+
+
+def _as_the_app_runs(call, x: np.ndarray, cache, what: str) -> Shown:
+    """``call(chunk, cache)`` on ``x``'s first PROMPT positions, then on each
+    later one alone, all through ``cache``; the outputs joined along the positions."""
+    calls = [("the prompt", 0, PROMPT)] + [(f"the token at position {t}, {t} cached", t, t + 1)
+                                            for t in range(PROMPT, PROMPT + TOKENS)]
+
+    def run_all(*chunks):
+        outputs = []
+        for (label, _, _), chunk in zip(calls, chunks):
+            try:
+                outputs.append(call(chunk, cache))
+            except Exception as exc:
+                raise DuringCall(label) from exc
+        return outputs
+
+    outputs = maxrun.lazily(run_all, *(maxrun.tensor(x[:, a:b]) for _, a, b in calls), what=what)
+    return Shown(np.concatenate(outputs, axis=1), {"x" if x.dtype != np.int64 else "ids": x}, calls=calls)
 
 
 def _x(shape, seed=0) -> np.ndarray:
@@ -119,10 +153,11 @@ def _attention_picture(module, x) -> np.ndarray:
 
 
 def show_07(mod) -> Shown:
-    x = _x((1, 5, SMALL["n_embd"]), 7)
+    x = _x((1, PROMPT + TOKENS, SMALL["n_embd"]), 7)
     module = _paired(mod, "GPT2MultiHeadAttention", 7)
-    out = maxrun.run(module, x)
-    return Shown(out, {"x": x}, _attention_picture(module, x))
+    shown = _as_the_app_runs(module, x, mod.ConcatCache(), "GPT2MultiHeadAttention")
+    shown.picture = _attention_picture(module, x[:, :PROMPT])
+    return shown
 
 
 def show_08(mod) -> Shown:
@@ -139,20 +174,30 @@ def show_08(mod) -> Shown:
 
 
 def show_09(mod) -> Shown:
-    x = _x((1, 5, SMALL["n_embd"]), 9)
-    return Shown(maxrun.run(_paired(mod, "GPT2Block", 9), x), {"x": x})
+    x = _x((1, PROMPT + TOKENS, SMALL["n_embd"]), 9)
+    return _as_the_app_runs(_paired(mod, "GPT2Block", 9), x, _solution_cache(), "GPT2Block")
+
+
+def _solution_cache():
+    """Steps 09-11 are shown with the solution's cache, as the app gives them one of its own."""
+    from solutions.solution_07 import ConcatCache
+
+    return ConcatCache()
+
+
+def _caches() -> list:
+    return [_solution_cache() for _ in range(SMALL["n_layer"])]
 
 
 def show_10(mod) -> Shown:
-    ids = _ids()
-    out = maxrun.run(_paired(mod, "GPT2Model", 10), ids, what="GPT2Model")
-    return Shown(out, {"ids": ids})
+    return _as_the_app_runs(_paired(mod, "GPT2Model", 10), _ids(PROMPT + TOKENS), _caches(), "GPT2Model")
 
 
 def show_11(mod) -> Shown:
-    ids = _ids()
-    out = maxrun.run(_paired(mod, "GPT2LMHeadModel", 11), ids, what="GPT2LMHeadModel")
-    return Shown(out, {"ids": ids}, out[0])
+    shown = _as_the_app_runs(_paired(mod, "GPT2LMHeadModel", 11), _ids(PROMPT + TOKENS), _caches(),
+                             "GPT2LMHeadModel")
+    shown.picture = shown.output[0]
+    return shown
 
 
 def show_12(mod) -> Shown:
@@ -302,12 +347,18 @@ def show(argv: list[str] | None = None) -> int:
     for name, value in solution.inputs.items():
         print(f"  input {name}: {describe(value)}"
               + (f" = {value.tolist()}" if value.size <= 8 else f"  {first(value)}"))
+    if solution.calls:
+        print(f"  run as the app runs it: the prompt ({PROMPT} positions), then {TOKENS} tokens one at a time, "
+              f"each call through the same cache")
     try:
         with maxrun.interpreter(), maxrun.slow_notice(f"show {step} (your run)"):
             learner = SHOWS[step](load_file(path, f"show_step_{step}"))
     except Exception as exc:  # the learner's code raised: say where, as the checker does
+        during = ""
+        if isinstance(exc, DuringCall):
+            during, exc = f" in the call for {exc.call}", exc.__cause__
         message, hint = describe_exception(exc, path)
-        print("  your code raised: " + message.strip().replace("\n", "\n    ") + f"\n  hint: {hint}")
+        print(f"  your code raised{during}: " + message.strip().replace("\n", "\n    ") + f"\n  hint: {hint}")
         print(f"  the solution gives: {describe(solution.output)} {first(solution.output)}")
         return 1
     got, want = np.asarray(learner.output), np.asarray(solution.output)
@@ -320,6 +371,10 @@ def show(argv: list[str] | None = None) -> int:
         print(f"    yours    {first(got)}\n    solution {first(want)}")
     ok, summary = compare(got, want)
     print(f"  {summary}")
+    if solution.calls and got.shape == want.shape:
+        for call, begin, end in solution.calls:
+            same, where = compare(got[:, begin:end], want[:, begin:end])
+            print(f"    {call}: {'matches' if same else 'DIFFERS, ' + where}")
     if solution.picture is not None:
         # The name says what the solution's matrix is; the learner's side is whatever their
         # code returned from the same input (for step 06, perhaps other rows than 2..6).

@@ -89,3 +89,20 @@ def test_an_unfinished_earlier_step_is_named_before_anything_compiles(capsys, mo
     code, out = run(capsys, "07")
     assert code == 1
     assert "Step 07 runs your steps 01, 02; still TODO: steps/step_01.py (line" in out and "steps/step_02.py" in out
+
+
+@pytest.mark.parametrize("mistake, expected", [
+    ("update does not keep the result", "DIFFERS, largest difference"),
+    ("cache concatenated on axis 1", "your code raised in the call for the token at position 5"),
+])
+def test_a_cache_fault_shows_in_the_calls_after_the_prompt(mistake, expected, tmp_path, capsys):
+    # show 07 once ran one call with an empty cache: an update that keeps
+    # nothing, or concatenates on the wrong axis, "matched the solution".
+    edits = EDITS.get(("07", mistake)) or [(f"F.concat([self.{n}, {n[0]}], axis=2)", f"F.concat([self.{n}, {n[0]}], axis=1)")
+                                           for n in ("keys", "values")]
+    code, out = run(capsys, "07", "--file", str(mutate("07", tmp_path, edits)))
+    assert code == 1, out
+    assert "then 3 tokens one at a time, each call through the same cache" in out
+    assert expected in out
+    if "DIFFERS" in expected:
+        assert "the prompt: matches" in out and "the token at position 5, 5 cached: DIFFERS" in out
