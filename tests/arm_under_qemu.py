@@ -12,8 +12,8 @@ Linux machine where you are root, with Debian's package archive and PyPI at hand
 arm64 ``python3.13`` and the libraries it needs, unpacked into a root folder
 (``apt-get download`` with the arm64 architecture and a lists folder of its own:
 the machine's apt state is not touched); this project's dependencies as
-aarch64 wheels installed into one folder (gpu/kit.py's download, for
-``--arch aarch64 --python 3.13``); Debian's ``qemu-user-static``; a
+aarch64 wheels installed into one folder (offline/bundle.py's download, for
+``--platform aarch64 --python 3.13``); Debian's ``qemu-user-static``; a
 binfmt_misc entry, so that the aarch64 programs MAX starts (its compiler, ``mojo``)
 run under QEMU too; and Debian's aarch64 cross linker (installed on this machine),
 which ``mojo build`` reaches as ``cc``. ``run`` runs the app there, each precision in a process of
@@ -100,7 +100,7 @@ def setup() -> int:
 def site() -> None:
     """This project's dependencies as aarch64 wheels, installed into ARM/site."""
     sys.path.insert(0, str(ROOT))
-    from gpu import kit
+    from offline import bundle as kit
 
     target = kit.platform_args("3.13", "aarch64")
     wheels = ARM / "wheels"

@@ -79,7 +79,7 @@ MISTAKES = [
     ("06", "offset ignored", [("past_len, past_len + seq_len, dtype", "0, seq_len, dtype")], "add past_len"),
     ("06", "table transposed",
      [("random.normal([n_positions, n_embd])", "random.normal([n_embd, n_positions])")], "[n_positions, n_embd]"),
-    # step 07: attention (every mistake the issue names, each with its own hint)
+    # step 07: attention (every mistake a learner is likely to make there, each with its own hint)
     ("07", "mask without past_len", [("causal_mask(seq, k.shape[2] - seq, dtype", "causal_mask(seq, dtype")],
      "causal_mask(seq, k.shape[2] - seq, dtype=q.dtype, device=q.device), where seq = q.shape[2] and k holds"),
     ("07", "mask built from self.length", [("causal_mask(seq, k.shape[2] - seq, dtype", "causal_mask(seq, self.length, dtype")],

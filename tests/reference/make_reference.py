@@ -31,7 +31,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 HERE = Path(__file__).resolve().parent
 
 CONFIGS = {
-    # n_layer >= 2 and n_head >= 4, as the issue asks
+    # at least 2 layers and 4 heads, so that the layer stack and the head split are exercised
     "tiny-2l-4h": dict(vocab_size=512, n_positions=64, n_embd=64, n_layer=2, n_head=4),
     # an odd head count and width, more layers, a longer context
     "tiny-3l-3h": dict(vocab_size=300, n_positions=128, n_embd=48, n_layer=3, n_head=3),
