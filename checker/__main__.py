@@ -69,7 +69,18 @@ def check_step(step: str, learner_path: Path, color: bool, quiet: bool = False,
     note = maxrun.compile_note(since)
     if note:  # only when this run compiled something that cost time: a warm run says nothing
         print(paint(YELLOW, f"  note: {note}"))
+    _record(step, learner_path, first_failure is None)
     return first_failure is None
+
+
+def _record(step: str, path: Path, passed: bool) -> None:
+    """Keep the verdict on the learner's own file, the one ``--impl steps`` imports: the app names a step
+    that fails its check."""
+    from model.course import record_check, steps_folder
+
+    folder = steps_folder()
+    if path.resolve() == (folder / f"step_{step}.py").resolve():
+        record_check(step, folder, passed)
 
 
 def _shown(path: Path) -> str:

@@ -215,13 +215,18 @@ def run(argv: list[str] | None = None) -> int:
     from model.gpt2 import BuildOptions, load_gpt2
     from weights import WeightsError, open_checkpoint
 
+    whose = None
     if args.impl == "steps":
         from model.course import unfinished_message, unfinished_steps
+        from model.course import whose as whose_code
 
         unfinished = unfinished_steps(*MODEL_STEPS)
         if unfinished:  # all of them at once, before the model is even looked up
             print(f"error: {unfinished_message(unfinished)}", file=err)
             return EXIT_USAGE
+        whose = whose_code(*MODEL_STEPS)
+        if warning := whose.warning():  # a copied or failing step, said before minutes of compiling
+            print(f"note: {warning}", file=err, flush=True)
     start = time.perf_counter()
     try:
         # Prompts are checked before the model is built: a usage error costs
@@ -254,9 +259,9 @@ def run(argv: list[str] | None = None) -> int:
               f"{time.perf_counter() - start:.1f} s, of which "
               f"{'loading the saved graph' if gpt2.saved_graph else 'compile'} "
               f"{gpt2.compile_seconds:.1f} s]", file=err)
-        if args.impl == "steps":
-            print("[built from your steps 01-11; the generation loop and the sampler are the app's "
-                  "(model/generate.py: a KV cache and batching around step 12's rules), not your step 12]", file=err)
+        if whose is not None:
+            print(f"[{whose.built('app')}; the generation loop and the sampler are the app's (model/generate.py: "
+                  "a KV cache and batching around step 12's rules), not your step 12]", file=err)
 
     stream = len(prompts) == 1 and not args.json
     if stream and not args.quiet:

@@ -118,11 +118,19 @@ def graph_to_load(checkpoint: Checkpoint, config, graph_config, options: BuildOp
     if not saved_graphs.is_saved(name) and options.impl == "steps":  # a finished course traces the solutions' graph
         name = solutions_graph(checkpoint, config, options, name) or name
     if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
-        first = "~1-2.5 min on 2 idle CPU cores" if options.placement.kind == "cpu" else "~1.5-3 min on a GPU machine"
-        first += ", longer while other work runs beside it"
-        print(f"compiling the model graph (seconds when MAX's caches are warm; the first time on a machine "
-              f"{first}; saved for later runs) ...", file=sys.stderr, flush=True)
+        print(f"compiling the model graph ({compile_estimate(options)}) ...", file=sys.stderr, flush=True)
     return name
+
+
+def compile_estimate(options: BuildOptions) -> str:
+    """How long the compile ``graph_to_load`` announces takes, in words: what it took on
+    machines measured is in docs/benchmarks.md ("First runs from empty caches"), and a
+    figure here would be a promise about one machine. A learner's edited step is a graph
+    MAX's caches have never held: its compile is never seconds."""
+    beside = "minutes, more on a small or busy machine"
+    if options.impl == "steps":
+        return f"your steps' graph, new after each edit of a step: {beside}; saved for later runs of the same steps"
+    return f"seconds when MAX's caches are warm; the first time on a machine {beside}; saved for later runs"
 
 
 def opened(model: str | Path | Checkpoint, options: BuildOptions):

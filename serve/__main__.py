@@ -237,6 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         print(f"serve: {refused}", file=sys.stderr)
         return 2
+    if args.impl == "steps":  # whose code the engine will build, said before it starts
+        from model.course import MODEL_STEPS, whose
+
+        built = whose(*MODEL_STEPS)
+        for line in filter(None, (built.warning(), built.built("server"))):
+            print(f"serve: {line}", file=sys.stderr)
     try:
         check_options(args)
         command, env = serve_command(args)
