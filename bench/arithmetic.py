@@ -8,9 +8,9 @@ with the mojo compiler that ships in the max wheel, runs it on one core and
 on every core, and prints 10^9 multiply-adds a second for each, with what a
 GPT-2 124M prompt of 16 tokens needs at that peak.
 
-Why: numpy's sgemm is no measure of the cores' peak (it stopped scaling at the
-second core where this loop doubles); what a few-row tile uses of the cores
-is read against this figure (docs/journal.md, "Profile of a decode step").
+Why: numpy's sgemm is no measure of the cores' peak (it can stop scaling at
+the second core where this loop doubles); what a few-row tile uses of the
+cores is read against this figure.
 """
 
 from __future__ import annotations

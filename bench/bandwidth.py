@@ -10,11 +10,10 @@ reports the best of several passes of each:
 - numpy, one thread per core, each summing its own slice (numpy releases
   the GIL while it sums).
 
-Why both: on an Intel Xeon of an earlier run numpy's float32 sum is bound by its
-own arithmetic (pairwise summation), not by memory: 9 GB/s on one thread,
-17-18 GB/s on two, where MAX's reduction read ~28 GB/s and a plain Mojo loop
-of four vector accumulators 30-31 GB/s (scratch), so numpy alone put the
-wall below what the matmul kernels already read. Both are floors on the
+Why both: numpy's float32 sum can be bound by its own arithmetic (pairwise
+summation), not by memory, and read well below what MAX's reduction and the
+matmul kernels read on the same cores, so numpy alone would put the wall too
+low. Both are floors on the
 machine's limit, not the limit; llama.cpp's own decode speed times its
 weight bytes is the other floor docs/benchmarks.md reports.
 """
@@ -48,7 +47,7 @@ def read_bandwidth(gib: float = 1.0, threads: int | None = None, passes: int = 5
 
 def max_read_bandwidth(gib: float = 1.0, passes: int = 5) -> float:
     """A compiled MAX reduction: best GB/s over ``passes`` reads of ``gib``
-    GiB (the graph compiles once, ~15 s here, and MAX caches it)."""
+    GiB (the graph compiles once, and MAX caches it)."""
     from max.driver import CPU, Buffer
     from max.dtype import DType
     from max.engine import InferenceSession

@@ -2,8 +2,8 @@
 several graphs.
 
 MAX compiles a graph and its kernels as one unit, and most of that time is
-spent once per compile, whatever the graph holds: on 2 cores a graph with one
-matmul took ~80 s, one with four of different shapes ~90 s. MAX can also
+spent once per compile, whatever the graph holds: a graph with one matmul
+costs nearly what one with four of different shapes does. MAX can also
 compile several graphs as one unit (a ``max.graph.Module`` holding each
 graph, ``InferenceSession.compile``, then ``init_all`` gives one model per
 graph). This measures both ways, each compile in a new process with an empty
@@ -16,8 +16,8 @@ no saved or shipped graph is used):
                                                 # compile (model.together.compile_together)
 
 The test suite compiles the model graphs its files load a group at a time
-(tests/suite_graphs.py, through ``model.together.compile_together``): on 2
-cores each compile is 1.5-3 min.
+(tests/suite_graphs.py, through ``model.together.compile_together``;
+docs/decisions/0008-suite-graphs-in-units.md).
 """
 
 from __future__ import annotations

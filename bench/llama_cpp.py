@@ -1,6 +1,6 @@
 """llama.cpp as the bench's second baseline: build it, convert, measure.
 
-    python -m bench.llama_cpp setup          # build llama.cpp in the cache folder (model/caches.py; ~10 min, 2 cores)
+    python -m bench.llama_cpp setup          # build llama.cpp in the cache folder (model/caches.py; minutes)
     python -m bench                          # finds it there; or --llama-cpp BIN_DIR / GPT2_MAX_LLAMA_CPP
 
 Where llama.cpp comes from: PyPI's ``llama-cpp-python`` sdist carries
@@ -67,7 +67,7 @@ def setup(dest: Path) -> Path:
         _run([str(tools / "bin" / "pip"), "install", "-q", "cmake", "ninja"])
     env = dict(os.environ, PATH=f"{tools / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     build = src / "build"
-    # Without AMX: on an Intel Xeon with AMX in a Firecracker VM (2026-11-25), llama-bench
+    # Without AMX: on an Intel Xeon with AMX in a Firecracker VM, llama-bench
     # built with it segfaulted on every quantized prompt (q8_0, q4_0: -p 16; decode ran), as
     # ggml's AMX kernels ran where the VM does not grant the tile state. -march=native would
     # turn AMX on; these flags keep everything else native.

@@ -17,17 +17,17 @@ reading each matmul's bytes, each waiting for the one before (as a decode
 step's 49 matmul ops do), alternated: the cost of a section boundary where
 the model pays it. Both with MAX's background threads as MAX leaves them
 and at the lowest priority, as the app runs them (model/engine_threads.py:
-one of them wakes every 100 us, and on 2 cores each wake-up takes a core
-from the reads). Last, the chain again with each op stamping when it is
+one of them wakes every 100 us, and on a machine with few cores each
+wake-up takes a core from the reads). Last, the chain again with each op stamping when it is
 called, when its tasks start and end and when it returns
 (``sections_read_stamped``), which takes a boundary apart: the read loop's
 own tail (one core done before the other) and the three steps of MAX's
 runtime (ending the section, starting the next kernel, starting its tasks).
 
-Why: inside the model this project's fp32 decode step is ~1-1.5 ms slower
-than its 49 matmuls back to back, and llama.cpp's is not (docs/journal.md, "Profile
-of a decode step"); this shows how much of it a section boundary is, with
-no model and no kernel of this project's in the way.
+Why: inside the model this project's fp32 decode step is slower than its 49
+matmuls back to back (``python -m bench.profile_decode``), and llama.cpp's is
+not; this shows how much of it a section boundary is, with no model and no
+kernel of this project's in the way.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def in_graph(passes: int) -> dict[str, float]:
     alternate = may_raise_priority()
     # In blocks of BLOCK calls: the scheduler carries a thread's past share
     # across a priority change for a while (toggled at every call, the two
-    # read 18.5 and 18.2 ms; in blocks of 25, 18.2 and 16.6).
+    # read nearly the same; in blocks, apart).
     times: dict[str, list[float]] = {f"{key}{quiet}": [] for quiet in ("", "_quiet") for key in models}
     for quiet, nice, calls in priority_blocks(passes, alternate):
         if nice is not None:

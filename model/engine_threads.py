@@ -4,17 +4,12 @@ take the cores from the compute workers.
 Why: MAX 26.7's engine starts a thread on a process's first graph execution
 (a singleton made in ``executeFromDriver``) that waits on a condition
 variable with a 100 us timeout in a loop, for the life of the process: it
-woke ~3,300 times a second here and used ~10% of a core whether a graph
-ran or not (``/proc/self/task/<tid>/stat``; ``strace``: only futex calls).
-On a 2-core machine every wake-up preempts one of the two threads that read
-the weights. Measured here (Intel Xeon, 2 vCPUs), alternated rounds in one
-process, that thread at nice 0 against nice 19:
-  - a graph reading a decode step's 494 MB of weights in one op
-    (``python -m bench.sections``): 18.16 vs 16.64 ms (the standalone
-    program without MAX's engine: ~17.1);
-  - the app's fp32 GPT-2 124M decode step: 21.55 vs 19.36 ms (4 rounds).
+wakes thousands of times a second whether a graph runs or not
+(``/proc/self/task/<tid>/stat``; ``strace``: only futex calls).
+On a machine with few cores every wake-up preempts one of the threads that
+read the weights (the figures: docs/decisions/0007-background-threads-nice-19.md).
 At nice 19 the thread still runs, only after the compute threads
-(SCHED_IDLE gave the same figures but can starve it on a busy machine).
+(SCHED_IDLE did as well but can starve it on a busy machine).
 
 What is lowered: the unnamed native threads of this process, i.e. every
 thread that is not a Python thread (the caller's, the main one, any the user

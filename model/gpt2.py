@@ -238,8 +238,8 @@ def as_bfloat16(weights: dict) -> dict:
     """float32 arrays as bfloat16 driver buffers, rounded as MAX's own cast
     rounds (to nearest, ties to even), in numpy. Left to MAX (``auto_cast``),
     each weight is cast by an eager program compiled per weight shape on the
-    host: 86 s cold for 124M's shapes on 2 cores. A tied array is converted
-    once."""
+    host, a compile for every model size before the graph's own. A tied array
+    is converted once."""
     from max.driver import Buffer
     from max.dtype import DType
 

@@ -5,7 +5,7 @@ and values as values. Every step ``F.concat``s the cached keys and values
 with the new ones into new tensors, which copies the whole cache for every
 token. On GPT-2 124M a decode step then grew with every cached token, to
 several times the q4_0 step itself at 896 tokens of context
-(docs/journal.md). Here each layer's keys and values live in one buffer
+(docs/decisions/0002-in-place-kv-cache.md). Here each layer's keys and values live in one buffer
 [batch, n_head, capacity, head_dim], allocated once per generation and sized
 for it (prompt plus new tokens, at most the context window). The graph
 stores the new rows at [past, past + seq) (``F.buffer_store_slice``) and
@@ -23,7 +23,7 @@ forward, unchanged.
 greedy tokens.
 
 An attention op of its own over the buffers was tried and not kept (it gave
-nothing measurable): docs/journal.md, "Profile of a decode step".
+nothing measurable: the same record).
 """
 
 from __future__ import annotations

@@ -14,9 +14,8 @@ each format:
     q6_k   model/layers/qmatmul.py: MAX's ``F.qmatmul`` on the GGUF blocks as they are
 
 The ops are one call per layer, so MAX fuses the bias add (and gelu) into
-them. What was tried instead (bfloat16, int8 cast in the graph, MAX's int8
-matmul, F.qmatmul for q4_0, an F.cond between paths) and what each gave is
-in docs/journal.md ("Reduced precision: routes not taken").
+them. Why these routes and not bfloat16, an int8 cast in the graph, MAX's int8
+matmul or F.qmatmul for q4_0: docs/decisions/0003-own-q8_0-q4_0-kernels.md.
 
 Q8_0 (ggml's ``block_q8_0``, 8.5 bits a weight): every 32 consecutive
 weights share one float16 scale ``d = max|w| / 127``; a weight is
@@ -270,7 +269,7 @@ def quantize_state(specs: dict[str, list], state: dict[str, np.ndarray]) -> dict
 
 def saved_quantize_state(specs: dict[str, list], state: dict[str, np.ndarray], folder) -> dict[str, np.ndarray]:
     """``quantize_state``, with the blocks saved once per checkpoint and
-    encoding: quantizing GPT-2 124M in numpy takes ~2.5 s of every q4_0 / q6_k
+    encoding: quantizing GPT-2 124M in numpy is seconds of every q4_0 / q6_k
     start, and the result depends only on the checkpoint's files and this
     file's code. Kept as .npy files by model/caches.py (memory-mapped on
     load), keyed by the checkpoint's files, the layers and this file."""

@@ -103,9 +103,8 @@ class GPT2:
 
         The graph is driven through the engine's own ``Model.execute`` on
         driver buffers, not through MAX's Tensor-level call (which wraps each
-        input and output in a Tensor and binds the call's signature): a q4_0
-        decode step of GPT-2 124M took ~0.4 ms less (docs/journal.md, "Profile of a
-        decode step")."""
+        input and output in a Tensor and binds the call's signature), which cost
+        a decode step measurably in the profile (``python -m bench.profile_decode``)."""
         from max.driver import Buffer
 
         model = self.compiled.engine_model
@@ -135,8 +134,8 @@ class GPT2:
     def _after_execute(self) -> None:
         """After the process's first graph call, on the CPU: MAX's background
         threads to the lowest priority (model/engine_threads.py: one of them
-        wakes every 100 us and took ~10% of a decode step's time from the
-        2 cores here)."""
+        wakes in a tight loop and takes cycles from the threads reading the
+        weights; docs/decisions/0007-background-threads-nice-19.md)."""
         if self.placement.kind == "cpu":
             from model.engine_threads import quiet_background_threads
 

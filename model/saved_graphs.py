@@ -4,7 +4,7 @@ MAX keeps its own compile cache, but even a graph it has cached took ~3-5 s
 to come back on these machines (``InferenceSession.compile``). A compiled
 graph can instead be written out as a MEF (MAX's executable format): MAX's
 ``MefStore`` does that, given a directory. A saved graph is then read back
-and driven directly (``SavedGraph``: ~0.03 s, nothing traced). The weights
+and driven directly (``SavedGraph``: nothing traced). The weights
 are not in the file; they are bound when the graph is loaded.
 
 A MEF is only valid for exactly the graph it was compiled from, so the graph
@@ -166,10 +166,10 @@ class SavedGraph:
     """A saved graph driven directly: like MAX's CompiledCallable it holds
     the engine's Model (``engine_model``, which ``GPT2._run`` executes on
     driver buffers, inputs in graph order), but nothing is traced. Tracing
-    GPT-2 124M's graph again only to look its MEF up cost ~1 s of every
-    start, ~2 s with custom ops (MAX analyses their library when a traced
-    graph first calls one); loading the MEF and binding the weights takes
-    ~0.03 s."""
+    GPT-2 124M's graph again only to look its MEF up cost a noticeable part
+    of every start, more with custom ops (MAX analyses their library when a
+    traced graph first calls one); loading the MEF and binding the weights is
+    a small part of that."""
 
     def __init__(self, session, mef: Path, weights: dict, facts: dict | None = None, artifact=None) -> None:
         import numpy as np

@@ -4,8 +4,9 @@
     q8_0, q4_0 = compile_together(builds)         # one GPT2 each, as load_gpt2 gives them
 
 Most of a compile's time is spent once per compile, whatever its graphs
-hold: on 2 cores one matmul's graph took ~80 s, the demo's whole graph ~2 min
-(``python -m bench.compile_together`` measures it). MAX compiles several
+hold: one matmul's graph costs most of what a whole model's does
+(``python -m bench.compile_together`` measures it;
+docs/decisions/0008-suite-graphs-in-units.md). MAX compiles several
 graphs as one unit (a module holding each graph; ``init_all`` then gives a
 model per graph), so a caller that needs several builds at once, as a test
 comparing precisions or kernel paths does, pays for one compile.

@@ -1,8 +1,8 @@
 """The model graphs the suite's files load, compiled a group at a time before
 their tests run.
 
-Most of a graph's compile is paid once per compile, whatever it holds (on 2
-cores one matmul's graph ~80 s, a tiny model's ~2-3 min): compiled one by one,
+Most of a graph's compile is paid once per compile, whatever it holds (one
+matmul's graph costs most of what a tiny model's does): compiled one by one,
 the graphs below were most of a cold run. Each group's graphs are compiled
 by MAX as one unit (model/together.py) and saved as one bundle
 (model/saved_graphs.py), where every ``load_gpt2`` of them finds its graph,

@@ -164,7 +164,7 @@ def test_prose_and_labels_stay_text():
 
 def test_the_books_pictures_are_what_show_draws():
     """checker/pictures.py (numpy) gives every step whose `pixi run show` has a matrix, and the
-    same matrix as the solution run on MAX (with a warm kernel cache, ~4 s for all 16 steps)."""
+    same matrix as the solution run on MAX (seconds with a warm kernel cache)."""
     import importlib
 
     from checker import maxrun, show

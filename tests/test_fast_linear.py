@@ -203,8 +203,8 @@ def layers_graph(*paths: str, prompt_out: int | None = None, repack: np.ndarray 
 
     Every path's layers share one weight set and one compile: a graph's
     compile costs about the same whether it holds one path's layers or all
-    of them (docs/journal.md), and each compile alone is 1.5-3 min on 2
-    cores (~35 s more in a unit of the suite's graphs).
+    of them, and a compile alone costs far more than one more graph in a
+    unit of the suite's graphs (docs/decisions/0008-suite-graphs-in-units.md).
     Returns the graph, not compiled (model/together.py's Other: four
     outputs per path, in order, then the prompt layer's, each encoding's
     and the repacked blocks, those asked for), and its arrays, the dense

@@ -6,11 +6,10 @@ Skipped in the suite, which tests the CPU on every machine (tests/conftest.py
 hides the GPUs), and where MAX sees no accelerator.
 
 On a GPU machine with MAX: ``pixi run test-gpu`` (this file and
-tests/test_device.py with the GPUs in sight: ``GPT2_MAX_TEST_GPUS=1``). On a
-GPU machine without network or MAX: ``python3.13 -m gpu pack --python 3.N
---installed FILE`` here (the machine's Python and its ``pip list --format=freeze``),
-then ``python3 -m gpu receive`` there once per piece and ``python3 -m gpu run
-tests`` (docs/gpu.md)."""
+tests/test_device.py with the GPUs in sight: ``GPT2_MAX_TEST_GPUS=1``). On one
+without network: the dependencies bundled by ``python -m offline``
+(docs/platforms.md), then ``GPT2_MAX_TEST_GPUS=1 python3 -m pytest
+tests/test_gpu.py`` with the bundle on ``PYTHONPATH``."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def test_head_dim_is_defined_once():
     assert found == ["solutions/solution_01.py"]
 
 
-PACKAGE = sorted(p for folder in ("model", "bench", "serve", "weights", "checker", "gpu")
+PACKAGE = sorted(p for folder in ("model", "bench", "serve", "weights", "checker", "offline")
                  for p in (ROOT / folder).rglob("*.py"))
 
 
@@ -132,11 +132,11 @@ def test_only_the_course_writes_an_attention_forward():
 
 def test_cache_paths_live_in_the_cache_module():
     # The cache folder, its environment variables and ~ are named in model/caches.py only.
-    # gpu/ aside: it runs on a GPU machine before MAX and numpy are there (standard library
-    # only), and its folder there holds the MAX it brings, not a cache.
+    # offline/ aside: it runs on a machine before MAX and numpy are there (standard library
+    # only), and its folder there holds the dependencies it brings, not a cache.
     pattern = re.compile(r"gpt2-on-max|GPT2_MAX_CACHE|Path\.home\(\)|def cache_root")
     found = [p.relative_to(ROOT).as_posix() for p in PACKAGE
-             if pattern.search(p.read_text()) and not p.is_relative_to(ROOT / "gpu")]
+             if pattern.search(p.read_text()) and not p.is_relative_to(ROOT / "offline")]
     assert found == ["model/caches.py"]
 
 
@@ -158,7 +158,7 @@ def module_name(path: Path) -> str:
 
 
 # The layers, top to bottom: a package imports only from its own layer or below.
-LAYERS = [{"bench", "checker", "gpu"}, {"serve"}, {"model"}, {"solutions", "steps", "weights"}, {"tasks"}]
+LAYERS = [{"bench", "checker", "offline"}, {"serve"}, {"model"}, {"solutions", "steps", "weights"}, {"tasks"}]
 
 
 def test_imports_point_down_and_never_in_a_circle():

@@ -107,7 +107,7 @@ def test_q6_k_is_more_precise_than_q4_0():
 #   q4_0: largest |logit error| 7.4% of the largest logit, argmax equal at 96.9%
 #         of the reference positions, greedy text equal for 13 of 48 tokens;
 #   q6_k: 2.4%, 98.4%, 13 of 48 (both then take a near-tie the other way).
-#   q4_0m: 7.1%, 96.1%, 8 of 48 (2026-11-25).
+#   q4_0m: 7.1%, 96.1%, 8 of 48 (docs/precision.md has the table).
 # The stated tolerances, with some room for other CPUs' rounding:
 # (logit error / largest logit, argmax agreement)
 TOLERANCE = {"q4_0": (0.10, 0.95), "q4_0m": (0.10, 0.95), "q6_k": (0.04, 0.97)}

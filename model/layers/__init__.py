@@ -91,7 +91,7 @@ def quantized_specs(lm) -> dict[str, list]:
     band or None]} for a built model's quantized layers: all
     model/quantize.py's ``quantize_state`` needs, and what a saved graph's
     facts keep, so that a later start quantizes (or finds the saved blocks)
-    without building the course's model (~0.5 s of imports)."""
+    without building the course's model (and importing what it needs)."""
     return {name: [layer.encoding, list(layer.arrays), getattr(layer, "band", None)]
             for name, layer in quantized_layers(lm)}
 

@@ -13,9 +13,8 @@ rows it got:
                        called from inside the op
 
 The choice is made inside the op, not by an ``F.cond`` in the graph, so
-that MAX fuses the bias add (and c_fc's gelu) into the op's output. The
-figures behind these choices are in docs/journal.md ("Kernels: from the
-code's comments").
+that MAX fuses the bias add (and c_fc's gelu) into the op's output. Why
+kernels of the project's own: docs/decisions/0003-own-q8_0-q4_0-kernels.md.
 
 The weights, their names ("weight" [out, in], "bias" [out]) and the results
 are the course's nn.Linear's (tests/test_fast_linear.py compares them, and

