@@ -247,13 +247,12 @@ def _shape_hint(text: str, default: str) -> str:
 def _heads_into_linear(text: str) -> bool:
     """A matmul of x [b, h, t, d] with a square weight [h*d, h*d]: c_proj
     given the heads as they came out of attention, not merged."""
-    shapes = [[mi.DIM.sub(r"\1", d.strip()) for d in m[3].split(",")] for m in map(mi.OP_INPUT.search, text.splitlines())
-              if m]
-    if len(shapes) != 2 or len(shapes[0]) != 4 or len(shapes[1]) != 2 or not all(map(str.isdigit, shapes[1])):
+    inputs = [m for m in map(mi.OP_INPUT.search, text.splitlines()) if m]
+    shapes = [[mi.DIM.sub(r"\1", d.strip()) for d in m[3].split(",")] for m in inputs]
+    if [len(shape) for shape in shapes] != [4, 2] or not all(d.isdigit() for shape in shapes for d in shape):
         return False
-    heads, width = shapes[0][1], shapes[0][3]
-    rows, cols = map(int, shapes[1])
-    return rows == cols and heads.isdigit() and width.isdigit() and int(heads) * int(width) == rows
+    (_, heads, _, width), (rows, cols) = ([int(d) for d in shape] for shape in shapes)
+    return rows == cols == heads * width
 
 
 def _in_steps(filename: str) -> bool:

@@ -7,9 +7,11 @@
 Prints the input and output shapes and dtypes, the first values of your output
 beside the solution's, the largest difference and where it is, and for steps
 with a pattern (the mask, embeddings, attention weights) a small picture of
-the matrix. Exit 0 when your output matches the solution within the checker's
-tolerance, 1 when it differs or your code raises (naming the TODO when it is
-one), 2 for a usage error. ``pixi run sNN`` is still the verdict: it tries
+the matrix. A step with a cache (07, 09-11) runs as the app runs it: a prompt,
+then one token a call through the same cache, each call compared. Exit 0
+when your output matches the solution within the checker's tolerance, 1 when
+it differs or your code raises (naming the TODO when it is one), 2 for a
+usage error. ``pixi run sNN`` is still the verdict: it tries
 many inputs and names known mistakes; ``show`` lets you look at one.
 """
 

@@ -12,6 +12,9 @@
         targets/modular/             MAX's cache for builds for other machines (model/targets.py)
         eager-kernels/<level>-<key>/ MAX's eager kernels shipped for a CPU level, unpacked
                                      (checker/eager_kernels; ~180 MB)
+        checks/                      the checker's verdict on each of the learner's steps, by
+                                     its files' contents (model/course.py: --impl steps names
+                                     a step that fails its check)
 
 Delete the folder to free the space; nothing in it is needed to run, only
 to start faster, and nothing in it can stop a run: every entry is written

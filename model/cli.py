@@ -28,7 +28,7 @@ EXAMPLES = """examples:
   python -m model --model gpt2-medium --temperature 0 "The capital of France is"
   python -m model --prompt "Once upon a time" --prompt "In the beginning" --seed 1
   python -m model --prompt-file prompts.txt --json --max-new-tokens 40
-  python -m model --impl steps "Hello"            # run the model built from your steps/
+  python -m model --impl steps --model demo "Hello"   # run the model built from your steps/ (offline)
 
 Files come from the Hugging Face cache (HF_HOME); set HF_HUB_OFFLINE=1 to use only it.
 Exit status: 0 done, 2 bad input (one line on stderr), 130 interrupted (Ctrl-C),

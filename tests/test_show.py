@@ -98,8 +98,9 @@ def test_an_unfinished_earlier_step_is_named_before_anything_compiles(capsys, mo
 def test_a_cache_fault_shows_in_the_calls_after_the_prompt(mistake, expected, tmp_path, capsys):
     # show 07 once ran one call with an empty cache: an update that keeps
     # nothing, or concatenates on the wrong axis, "matched the solution".
-    edits = EDITS.get(("07", mistake)) or [(f"F.concat([self.{n}, {n[0]}], axis=2)", f"F.concat([self.{n}, {n[0]}], axis=1)")
-                                           for n in ("keys", "values")]
+    on_axis_1 = [(f"F.concat([self.{n}, {n[0]}], axis=2)", f"F.concat([self.{n}, {n[0]}], axis=1)")
+                 for n in ("keys", "values")]
+    edits = EDITS.get(("07", mistake)) or on_axis_1
     code, out = run(capsys, "07", "--file", str(mutate("07", tmp_path, edits)))
     assert code == 1, out
     assert "then 3 tokens one at a time, each call through the same cache" in out
