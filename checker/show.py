@@ -198,7 +198,7 @@ def show_10(mod) -> Shown:
 def show_11(mod) -> Shown:
     shown = _as_the_app_runs(_paired(mod, "GPT2LMHeadModel", 11), _ids(PROMPT + TOKENS), _caches(),
                              "GPT2LMHeadModel")
-    shown.picture = shown.output[0]
+    shown.picture = shown.output[0, :PROMPT]  # the prompt's rows, as the book draws them
     return shown
 
 
