@@ -23,6 +23,11 @@ model/layers/few_rows.py's FEW_ROWS came from. (Above FEW_ROWS rows the fp32 op 
 MAX's own matmul from inside itself, so there the two columns time the same
 kernel.)
 
+``--paths P1 P2 ...`` times this project's kernels on each kernel path
+(model/cpu.py) instead, the paths alternated in one process: which path a
+CPU runs fastest, per row count (model/cpu.py's ONE_ROW comes from it).
+``--tiny`` times 48 matmuls of [32, 64]: each op's fixed cost.
+
 ``--against REV`` also loads model/kernels as of git revision REV (its ops
 renamed, compiled as a second library) and times both versions' kernels in
 the same process, alternated over ``--rounds`` (default 5 then): this
@@ -48,6 +53,10 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository (git reads older
 
 SHAPES = [(3072, 768), (768, 3072)] * 12
 STEP_SHAPES = [(2304, 768), (768, 768), (3072, 768), (768, 3072)] * 12 + [(50257, 768)]
+# --tiny: as many ops as a decode step has matmuls, each too small for its
+# arithmetic or its reads to count: what is left is each op's fixed cost
+# (its launch, waking the cores, rounding the input).
+TINY_SHAPES = [(32, 64)] * 48
 
 
 def chained(x, outputs: list, in_dim: int, chain: bool = False):
@@ -67,11 +76,11 @@ def gelu(y: np.ndarray) -> np.ndarray:
 
 def op_parameters(kind: str, path: str = "auto", then_takes: frozenset[str] = frozenset()) -> dict | None:
     """The compile-time parameters a ``few_rows_matmul_<kind>`` op is called
-    with: the kernel path, and q4_0's band; for an --against revision's op
+    with: its kernel paths (model/cpu.py's op_paths), and q4_0's band; for an --against revision's op
     (``kind`` ending in THEN) those of them it declares (``then_takes``)."""
     from model import cpu as cpu_paths
 
-    parameters = {"isa": cpu_paths.PATHS[cpu_paths.kernel_path(path)]}
+    parameters = cpu_paths.op_paths(path).parameters()
     if kind.startswith("q4_0"):
         parameters["band"] = cpu_paths.q4_0_band()
     if kind.endswith(THEN):
@@ -216,9 +225,10 @@ def has_op(rev: str, kind: str) -> bool:
 
 
 def takes(rev: str) -> frozenset[str]:
-    """The compile-time parameters of this tree's ops (``isa``, q4_0's
-    ``band``) that model/kernels at ``rev`` declares: older revisions had none."""
-    return frozenset(name for name in ("isa", "band") if kernels_at_hold(rev, f", {name}: Int"))
+    """The compile-time parameters of this tree's ops (``isa``, ``isa1``,
+    q4_0's ``band``) that model/kernels at ``rev`` declares: older revisions
+    had fewer."""
+    return frozenset(name for name in ("isa", "isa1", "band") if kernels_at_hold(rev, f", {name}: Int"))
 
 
 def kernels_at_hold(rev: str, text: str) -> bool:
@@ -229,7 +239,45 @@ def kernels_at_hold(rev: str, text: str) -> bool:
     return subprocess.run(["git", "grep", "-q", "-F", text, rev, "--", folder], cwd=ROOT).returncode == 0
 
 
+def compare_paths(session, libraries, weights: dict, exact: dict, dense, biases, shapes, args, rounds: int, rng):
+    """--paths: each of this project's kernels compiled on each path, the
+    paths alternated within every round, so that the machine's drift falls
+    on all of them alike; per row count and kernel, each path's median
+    (the rounds' range) and its speed relative to the first path."""
+    from max.driver import Buffer
+
+    print(f"{'rows':>4} {'kernel':<6} " + " ".join(f"{path:>28}" for path in args.paths))
+    for rows in args.rows:
+        x = rng.standard_normal((rows, shapes[0][1]), dtype=np.float32)
+        for kind, (arrays, _) in weights.items():
+            inputs = [Buffer.from_numpy(a) for a in (x, *arrays, *(biases or []))]
+            want = reference(x, exact.get(kind, dense), shapes, args.chain, biases)
+            models = {}
+            for path in args.paths:
+                models[path] = session.load(graph(kind, rows, shapes, libraries=libraries, chain=args.chain,
+                                                  path=path, epilogue=args.epilogue))
+                got = [t.to_numpy() for t in models[path].execute(*inputs)]
+                diff = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want))
+                if diff > (1e-4 if kind == "f32" else 3e-2):
+                    raise SystemExit(f"{kind} on the {path} path differs from numpy by {diff:.1e}")
+            times: dict[str, list[float]] = {path: [] for path in args.paths}
+            for _ in range(rounds):
+                for path in args.paths:
+                    times[path].append(timed(models[path], inputs, args.reps))
+            first = statistics.median(times[args.paths[0]])
+            cells = []
+            for path in args.paths:
+                median = statistics.median(times[path])
+                cells.append(f"{median * 1e3:6.2f} ({min(times[path]) * 1e3:.2f}-{max(times[path]) * 1e3:.2f}) "
+                             f"{first / median:4.2f}x")
+            print(f"{rows:>4} {kind:<6} " + " ".join(f"{c:>28}" for c in cells))
+    print(f"(ms: the median of {rounds} rounds' medians, the rounds' range; x: the first path's time / this one's, "
+          "above 1 this path is faster)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from model import cpu as cpu_paths
+
     p = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 16, 32], help="row counts (default: 1 4 8 16 32)")
     p.add_argument("--reps", type=int, default=20, help="calls per figure; medians (default: 20)")
@@ -237,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--hot", action="store_true", help="two weight matrices used 12 times each: weights in cache")
     which.add_argument("--step", action="store_true",
                        help="a whole decode step's matmuls (attention, MLP, LM head) instead of the 24 MLP ones")
+    which.add_argument("--tiny", action="store_true",
+                       help="48 matmuls of [32, 64]: each op's fixed cost (its launch, waking the cores, rounding "
+                            "the input), the part of a step that does not shrink with the weights")
     p.add_argument("--chain", action="store_true",
                    help="feed each matmul from the one before (as in the model: each waits for the last), "
                         "not from the input (independent matmuls, which MAX's runtime may overlap)")
@@ -246,11 +297,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--against", metavar="REV",
                    help="also time model/kernels as of git revision REV, alternated with this tree's")
     p.add_argument("--rounds", type=int, help="alternations of every kernel (default: 1, or 5 with --against)")
-    p.add_argument("--path", default="auto", choices=["auto", "avx512-vnni", "avx2", "portable"],
-                   help="this tree's kernel path (model/cpu.py; default: auto, the CPU's own)")
+    p.add_argument("--paths", nargs="+", choices=list(cpu_paths.PATHS), metavar="PATH",
+                   help="time this project's kernels on each of these paths instead, alternated in one process "
+                        "(--rounds, default 5): which path is faster on this CPU, per row count")
+    p.add_argument("--path", default="auto", choices=list(cpu_paths.PATHS),
+                   help="this tree's kernel path, for one row and several (model/cpu.py; default: auto, the "
+                        "CPU's own, or its microarchitecture's path for one row)")
     args = p.parse_args(argv)
-    rounds = args.rounds or (5 if args.against else 1)
-    shapes = STEP_SHAPES if args.step else SHAPES
+    rounds = args.rounds or (5 if args.against or args.paths else 1)
+    shapes = STEP_SHAPES if args.step else TINY_SHAPES if args.tiny else SHAPES
     from max.driver import CPU, Buffer
     from max.engine import InferenceSession
 
@@ -288,11 +343,16 @@ def main(argv: list[str] | None = None) -> int:
     q8_dense = [dequantize_q8_0(c, d) for c, d in q8]
     q4_dense = [dequantize_q4_0(b)[:len(w)] for b, w in zip(q4, dense)]
     exact = {"q8_0": q8_dense, "q4_0": q4_dense}
-    what = "a decode step's 49 matmuls" if args.step else "24 MLP matmuls" + (" (weights in cache)" if args.hot else "")
+    what = ("a decode step's 49 matmuls" if args.step else "48 tiny matmuls ([32, 64])" if args.tiny
+            else "24 MLP matmuls" + (" (weights in cache)" if args.hot else ""))
     what += ", each fed from the one before" if args.chain else ""
     what += ", each + a bias (and c_fc's gelu)" if args.epilogue else ""
     print(f"GPT-2 124M's {what}; medians of {args.reps}"
           + (f", then of {rounds} alternated rounds" if rounds > 1 else ""))
+    if args.paths:
+        compare_paths(session, libraries, {k: weights[k] for k in ("f32", "q8_0", "q4_0")}, exact, dense, biases,
+                      shapes, args, rounds, rng)
+        return 0
     print(f"{'rows':>4} {'kernel fp32':>22} {'MAX x @ W.T':>22} {'ratio':>6} {'kernel q8_0':>22} "
           f"{'kernel q4_0':>22} {'MAX q4_0':>22} {'ratio':>6}  largest rel. diff")
     for rows in args.rows:

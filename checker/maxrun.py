@@ -288,9 +288,10 @@ def check_same_parameters(ctx, class_name: str, hint: str, *args, config: dict =
     assert_parameters(make(ctx.learner), make(ctx.solution), hint)
 
 
-# What a first run takes on 2 cores with MAX's caches empty (the measurements: docs/journal.md).
-COLD = ("the first run on this machine compiles MAX's kernels: up to ~2-5 min on 2 cores (longer while "
-        "`warm` or other work runs beside it), seconds once cached")
+# What a first run on a machine whose kernels do not come with the project
+# meets (the measured times: docs/benchmarks.md).
+COLD = ("the first run on this machine compiles MAX's kernels: minutes, more on a small or busy machine "
+        "(while `warm` or other work runs beside it), seconds once cached")
 
 
 @contextmanager

@@ -1,18 +1,23 @@
 """Which of model/kernels' code paths this CPU runs, and which it can.
 
-The kernels come in three paths (model/kernels/isa.mojo), one chosen per op
-call at compile time:
+The kernels come in four paths (model/kernels/isa.mojo), chosen per op call
+at compile time:
 
-    avx512-vnni   64-byte vectors, 8-bit dot products with vpdpbusd
-    avx2          32-byte vectors, 8-bit dot products with vpmaddubsw + vpmaddwd
-    portable      plain vector arithmetic, any CPU MAX runs on
+    avx512-vnni      64-byte vectors, 8-bit dot products with vpdpbusd
+    avx512-vnni-256  the same instructions on 32-byte vectors
+    avx2             32-byte vectors, 8-bit dot products with vpmaddubsw + vpmaddwd
+    portable         plain vector arithmetic, any CPU MAX runs on
 
-``auto`` (the default) lets the kernels pick from MAX's compile target, the
-CPU at hand. ``GPT2_MAX_KERNEL_PATH=avx2`` (or a Linear's ``path=``) forces
-one: the tests run every path this CPU can execute against numpy, so a
-machine with AVX-512 also checks the code an AVX2-only CPU runs. A path the
-CPU cannot execute is refused here with one line naming the missing
-feature (running it would stop on an illegal instruction).
+Each op takes two: one for its one-input-row tile (a batch-1 decode step)
+and one for several rows. ``auto`` (the default) lets the kernels pick from
+MAX's compile target, the CPU at hand, for both, except on a
+microarchitecture listed in ONE_ROW, measured to decode faster on another
+path (docs/cpu.md). ``GPT2_MAX_KERNEL_PATH=avx2`` (or a Linear's ``path=``)
+forces one path for both: the tests run every path this CPU can execute
+against numpy, so a machine with AVX-512 also checks the code an AVX2-only
+CPU runs. A path the CPU cannot execute is refused here with one line
+naming the missing feature (running it would stop on an illegal
+instruction).
 
 q4_0's weights are packed in bands of rows whose height MAX's own Q4_0
 kernel fixes per target (twice its float32 vector width: 32 rows with
@@ -30,14 +35,25 @@ from __future__ import annotations
 import functools
 import os
 import platform
+from dataclasses import dataclass
 
 from model.errors import DeviceError
 
 ENV = "GPT2_MAX_KERNEL_PATH"
 # The op parameter each path passes (model/kernels/isa.mojo's AUTO, AVX512_VNNI, AVX2, PORTABLE).
-PATHS = {"auto": 0, "avx512-vnni": 1, "avx2": 2, "portable": 3}
+PATHS = {"auto": 0, "avx512-vnni": 1, "avx2": 2, "portable": 3, "avx512-vnni-256": 4}
 # What each forced path executes, as /proc/cpuinfo names the features.
-NEEDS = {"avx512-vnni": ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"), "avx2": ("avx2", "fma"), "portable": ()}
+_VNNI = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
+NEEDS = {"avx512-vnni": _VNNI, "avx512-vnni-256": _VNNI, "avx2": ("avx2", "fma"), "portable": ()}
+# The one-input-row path of the microarchitectures (archspec's names) whose
+# batch-1 decode measured faster on it than on their own path; several rows
+# keep their own (docs/cpu.md, "Per microarchitecture").
+ONE_ROW = {"zen4": "avx512-vnni-256"}
+# AMD's cores by CPU family and model, for when archspec names only the
+# x86-64 level (microarchitecture()).
+AMD_CORES = ((23, range(0x00, 0x30), "zen"), (23, range(0x30, 0x100), "zen2"),
+             (25, range(0x00, 0x10), "zen3"), (25, range(0x10, 0x20), "zen4"), (25, range(0x20, 0x60), "zen3"),
+             (25, range(0x60, 0x80), "zen4"), (25, range(0xa0, 0xb0), "zen4"), (26, range(0x00, 0x100), "zen5"))
 
 
 class KernelPathError(DeviceError):
@@ -45,16 +61,45 @@ class KernelPathError(DeviceError):
 
 
 @functools.cache
-def flags() -> frozenset[str]:
-    """The CPU's feature flags as /proc/cpuinfo lists them (empty where there is none)."""
+def cpuinfo() -> dict[str, str]:
+    """The first CPU's fields in /proc/cpuinfo (empty where there is none)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return frozenset()
+    return fields
+
+
+def flags() -> frozenset[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (empty where there is none)."""
+    info = cpuinfo()
+    return frozenset(info.get("flags", info.get("Features", "")).split())
+
+
+@functools.cache
+def microarchitecture() -> str:
+    """This CPU's microarchitecture as archspec names it ("zen4",
+    "sapphirerapids", "neoverse_n1", or an x86-64 level). archspec tells
+    them by their features; a hypervisor may hide one it looks for (pku,
+    flush_l1d), and it then answers the x86-64 level: an AMD core is then
+    named by its CPU family and model."""
+    import archspec.cpu
+
+    host = archspec.cpu.host()
+    info = cpuinfo()
+    if host.vendor != "generic" or info.get("vendor_id") != "AuthenticAMD":
+        return host.name
+    try:
+        family, model = int(info["cpu family"]), int(info["model"])
+    except (KeyError, ValueError):
+        return host.name
+    return next((name for fam, models, name in AMD_CORES if fam == family and model in models), host.name)
 
 
 def is_x86() -> bool:
@@ -134,6 +179,40 @@ def runnable_paths() -> list[str]:
     return [path for path in NEEDS if not missing(path)]
 
 
+@dataclass(frozen=True)
+class OpPaths:
+    """The kernel paths an op is compiled with: ``one_row`` for its tile of
+    one input row (batch-1 decode), ``rows`` for several."""
+
+    one_row: str
+    rows: str
+
+    def parameters(self) -> dict[str, int]:
+        """The op's compile-time parameters (isa.mojo's ``isa1`` and ``isa``)."""
+        return {"isa1": PATHS[self.one_row], "isa": PATHS[self.rows]}
+
+    def resolved(self) -> OpPaths:
+        """The same paths with ``auto`` named (what the kernels compile)."""
+        name = lambda path: native_path() if path == "auto" else path  # noqa: E731
+        return OpPaths(one_row=name(self.one_row), rows=name(self.rows))
+
+
+def op_paths(path: str | None = None) -> OpPaths:
+    """The paths for ``path`` (as kernel_path() takes it): a forced path for
+    both shapes; ``auto`` the CPU's own for both, or its ONE_ROW entry for
+    one input row when the graph is compiled for this CPU."""
+    chosen = kernel_path(path)
+    return OpPaths(one_row=one_row_path() if chosen == "auto" else chosen, rows=chosen)
+
+
+def one_row_path() -> str:
+    """What ``auto`` runs for one input row on the CPU compiled for: this
+    microarchitecture's ONE_ROW entry, else "auto" (the CPU's own path)."""
+    if virtual_target():
+        return "auto"
+    return ONE_ROW.get(microarchitecture(), "auto")
+
+
 def kernel_path(path: str | None = None) -> str:
     """``path``, else ``$GPT2_MAX_KERNEL_PATH``, else "auto"; refused with
     KernelPathError when unknown or when this CPU lacks what it executes."""
@@ -162,6 +241,10 @@ def q4_0_band(cpu_flags: frozenset[str] | None = None) -> int:
 
 def describe() -> str:
     """One line for logs and saved graphs' names: the kernel path and q4_0
-    band of the CPU compiled for (and its name, when it is not this one)."""
+    band of the CPU compiled for, the one-row path where ``auto`` runs
+    another (ONE_ROW), and the target's name when it is not this CPU."""
     target = virtual_target()
-    return f"{platform.machine()} {native_path()} q4_0-band-{q4_0_band()}" + (f" target {target}" if target else "")
+    one_row = one_row_path()
+    return (f"{platform.machine()} {native_path()} q4_0-band-{q4_0_band()}"
+            + (f" one-row {one_row} ({microarchitecture()})" if one_row != "auto" else "")
+            + (f" target {target}" if target else ""))

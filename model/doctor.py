@@ -119,7 +119,7 @@ def lines() -> list[tuple[str, str]]:
                 + ("" if not cpu.is_x86() else
                    f"; AVX-512: {'yes' if 'avx512f' in cpu.flags() else 'no'}, VNNI: "
                    f"{'yes' if 'avx512_vnni' in cpu.flags() else 'no'}")),
-        ("kernel path", os.environ.get(cpu.ENV, "auto") + f" (GPT2_MAX_KERNEL_PATH; auto is {cpu.native_path()})"),
+        ("kernel path", os.environ.get(cpu.ENV, "auto") + f" (GPT2_MAX_KERNEL_PATH; {auto_paths()})"),
         ("gpus", gpus(seen)),
         ("--device auto", auto),
         ("project cache", f"{ours} {human(folder_size(ours)) if ours.is_dir() else '(none yet)'}"
@@ -130,6 +130,20 @@ def lines() -> list[tuple[str, str]]:
     if support := gpu_support(seen):
         rows.append(("gpu support", support))
     return rows
+
+
+def auto_paths() -> str:
+    """What ``auto`` compiles on this CPU: its own path, or per shape where
+    its microarchitecture has a one-row path of its own (model/cpu.py)."""
+    from model import cpu
+
+    paths = cpu.op_paths("auto").resolved()
+    if not cpu.is_x86():
+        return f"auto is {paths.rows}"
+    where = f"on this {cpu.microarchitecture()}"
+    if paths.one_row == paths.rows:
+        return f"auto is {paths.rows} {where}"
+    return f"auto is {paths.one_row} for one input row (batch-1 decode), {paths.rows} for several, {where}"
 
 
 def main(argv: list[str] | None = None) -> int:

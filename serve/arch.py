@@ -28,8 +28,7 @@ def required_arguments(echo: bool) -> dict[str, bool]:
         "enable_penalties": True,
         # PipelineRuntimeConfig: new requests' prefill joins the running
         # decode step instead of waiting for one of its own: more output
-        # tokens a second at 32 clients, even at 1 and 8 (docs/journal.md,
-        # the server's throughput).
+        # tokens a second at 32 clients, even at 1 and 8 (docs/serving.md).
         "enable_in_flight_batching": True,
     }
     if echo:

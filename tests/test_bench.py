@@ -382,21 +382,28 @@ def test_serve_bench_never_sends_a_prompt_twice_in_a_round():
 
 def test_kernels_against_gives_the_other_revisions_ops_the_parameters_they_declare():
     # --against REV calls REV's ops with this tree's compile-time parameters that they declare: a
-    # revision since the kernel paths takes `isa` (q4_0 `band` too), an older one none. Called with
-    # none, an op that declares one fails to compile ("Failed to infer parameter `isa`").
+    # revision since the kernel paths takes `isa` (q4_0 `band` too), one since the path per shape
+    # `isa1` too, an older one none. Called with none, an op that declares one fails to compile
+    # ("Failed to infer parameter `isa`").
     import subprocess
 
     from bench.kernels import THEN, op_parameters, takes
 
     if not (ROOT / ".git").exists():
         pytest.skip("no git history here")
-    assert takes("HEAD") == {"isa", "band"}
-    first = subprocess.run(["git", "log", "--reverse", "--format=%H", "--", "model/kernels"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split()[0]
+
+    def git_log(*args: str) -> list[str]:
+        return subprocess.run(["git", "log", "--format=%H", *args, "--", "model/kernels"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    assert set(op_parameters("q8_0")) == {"isa", "isa1"} and set(op_parameters("q4_0")) == {"isa", "isa1", "band"}
+    per_shape = git_log("-S", "isa1: Int")  # the commit that added the one-row path, once committed
+    before = f"{per_shape[-1]}~1" if per_shape else "HEAD"
+    assert takes(before) == {"isa", "band"}
+    assert set(op_parameters("q8_0" + THEN, then_takes=takes(before))) == {"isa"}
+    assert set(op_parameters("q4_0" + THEN, then_takes=takes(before))) == {"isa", "band"}
+    first = git_log("--reverse")[0]
     assert takes(first) == frozenset()
-    assert set(op_parameters("q8_0")) == {"isa"} and set(op_parameters("q4_0")) == {"isa", "band"}
-    assert set(op_parameters("q8_0" + THEN, then_takes=takes("HEAD"))) == {"isa"}
-    assert set(op_parameters("q4_0" + THEN, then_takes=takes("HEAD"))) == {"isa", "band"}
     assert op_parameters("q4_0" + THEN, then_takes=takes(first)) is None
 
 
@@ -634,7 +641,10 @@ def test_a_mojo_program_is_built_once_per_source(tmp_path, monkeypatch):
     assert mojo_program.built(source).stat().st_mtime_ns == binary.stat().st_mtime_ns  # reused, not rebuilt
     source.write_text('def main():\n    print("hello 2")\n')
     assert mojo_program.built(source) != binary and mojo_program.run(source) == "hello 2\n"
-    assert len(list(binary.parent.iterdir())) == 2  # no staging folder left
+    from model.caches import STAGING
+
+    assert not list(binary.parent.glob(STAGING + "*"))  # no staging folder left
+    assert len([p for p in binary.parent.iterdir() if p.suffix != ".sha256"]) == 2  # the two programs, each with its digest
 
 
 def test_the_serving_bench_measures_this_cpus_own_graphs(tmp_path):

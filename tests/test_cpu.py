@@ -58,7 +58,8 @@ def test_the_path_numbers_are_the_kernels_own():
     source = (KERNELS / "isa.mojo").read_text()
     numbers = {name: int(n) for name, n in re.findall(r"^comptime (\w+) = (\d+)$", source, re.M)}
     assert numbers == {"AUTO": cpu.PATHS["auto"], "AVX512_VNNI": cpu.PATHS["avx512-vnni"],
-                       "AVX2": cpu.PATHS["avx2"], "PORTABLE": cpu.PATHS["portable"]}
+                       "AVX2": cpu.PATHS["avx2"], "PORTABLE": cpu.PATHS["portable"],
+                       "AVX512_VNNI_256": cpu.PATHS["avx512-vnni-256"]}
 
 
 def test_a_saved_graph_is_named_for_the_cpu_it_was_compiled_on(monkeypatch):
@@ -108,3 +109,83 @@ def test_kernel_path_and_q4_0_band_follow_the_compile_target(monkeypatch, target
     monkeypatch.setattr(cpu, "virtual_target", lambda: target)
     assert (cpu.native_path(), cpu.q4_0_band()) == (path, band)
     assert cpu.describe().endswith(f"{path} q4_0-band-{band} target {target}")
+
+
+def test_each_op_takes_a_path_for_one_row_and_one_for_several():
+    import re
+
+    from model.layers.custom_op import KERNELS
+
+    for name in ("matmul.mojo", "q4_0.mojo"):
+        for signature in re.findall(r"def execute\[([^\]]*)\]", (KERNELS / name).read_text()):
+            assert "isa: Int" in signature and "isa1: Int" in signature, (name, signature)
+
+
+@pytest.fixture
+def hypervisor(monkeypatch):
+    """A CPU whose hypervisor hides features archspec names microarchitectures by:
+    archspec answers the x86-64 level; /proc/cpuinfo still has the family and model."""
+    import archspec.cpu
+
+    monkeypatch.setattr(archspec.cpu, "host", lambda: archspec.cpu.TARGETS["x86_64_v4"])
+    cpu.microarchitecture.cache_clear()
+    yield lambda **fields: monkeypatch.setattr(cpu, "cpuinfo", lambda: fields)
+    cpu.microarchitecture.cache_clear()
+
+
+@pytest.mark.parametrize("vendor, family, model, name", [
+    ("AuthenticAMD", "25", "17", "zen4"),     # EPYC 9004 (Genoa)
+    ("AuthenticAMD", "25", "97", "zen4"),     # Ryzen 7000
+    ("AuthenticAMD", "25", "1", "zen3"),      # EPYC 7003 (Milan)
+    ("AuthenticAMD", "26", "2", "zen5"),
+    ("AuthenticAMD", "23", "49", "zen2"),
+    ("GenuineIntel", "6", "143", "x86_64_v4"),  # an Intel CPU stays archspec's answer
+    ("AuthenticAMD", "99", "0", "x86_64_v4"),   # a family not listed too
+])
+def test_a_cpu_archspec_names_only_by_level_is_named_by_family_and_model(hypervisor, vendor, family, model, name):
+    hypervisor(vendor_id=vendor, **{"cpu family": family, "model": model})
+    assert cpu.microarchitecture() == name
+
+
+def test_archspec_s_own_name_is_kept(monkeypatch):
+    import archspec.cpu
+
+    monkeypatch.setattr(archspec.cpu, "host", lambda: archspec.cpu.TARGETS["sapphirerapids"])
+    cpu.microarchitecture.cache_clear()
+    try:
+        assert cpu.microarchitecture() == "sapphirerapids"
+    finally:
+        cpu.microarchitecture.cache_clear()
+
+
+def test_auto_runs_the_one_row_path_measured_faster_on_its_microarchitecture(x86, monkeypatch):
+    monkeypatch.delenv(cpu.ENV, raising=False)
+    monkeypatch.setattr(cpu, "flags", lambda: XEON)
+    monkeypatch.setattr(cpu, "virtual_target", lambda: "")
+    monkeypatch.setattr(cpu, "microarchitecture", lambda: "zen4")
+    assert cpu.op_paths() == cpu.OpPaths(one_row=cpu.ONE_ROW["zen4"], rows="auto")
+    assert cpu.op_paths().parameters() == {"isa1": cpu.PATHS[cpu.ONE_ROW["zen4"]], "isa": cpu.PATHS["auto"]}
+    assert f"one-row {cpu.ONE_ROW['zen4']} (zen4)" in cpu.describe()  # a saved graph's name follows it
+    # A forced path is forced for both shapes; GPT2_MAX_KERNEL_PATH too.
+    assert cpu.op_paths("avx2") == cpu.OpPaths(one_row="avx2", rows="avx2")
+    monkeypatch.setenv(cpu.ENV, "avx512-vnni")
+    assert cpu.op_paths() == cpu.OpPaths(one_row="avx512-vnni", rows="avx512-vnni")
+    monkeypatch.delenv(cpu.ENV)
+    # Another microarchitecture runs its own path for both.
+    monkeypatch.setattr(cpu, "microarchitecture", lambda: "sapphirerapids")
+    assert cpu.op_paths() == cpu.OpPaths(one_row="auto", rows="auto")
+    assert "one-row" not in cpu.describe()
+    assert cpu.op_paths().resolved() == cpu.OpPaths(one_row="avx512-vnni", rows="avx512-vnni")
+
+
+def test_a_graph_for_another_cpu_runs_that_cpu_s_own_paths(monkeypatch):
+    """This CPU's microarchitecture says nothing of a virtual target's."""
+    monkeypatch.delenv(cpu.ENV, raising=False)
+    monkeypatch.setattr(cpu, "microarchitecture", lambda: "zen4")
+    monkeypatch.setattr(cpu, "virtual_target", lambda: "x86-64-v3")
+    assert cpu.op_paths() == cpu.OpPaths(one_row="auto", rows="auto")
+
+
+def test_every_one_row_entry_is_a_path_its_cpu_can_run():
+    for name, path in cpu.ONE_ROW.items():
+        assert path in cpu.PATHS and path != "auto", name

@@ -56,3 +56,15 @@ def test_every_gpu_architecture_named_is_one_the_targets_check_compiles():
 
     compiled = {target.gpu for target in targets.TARGETS.values()}
     assert set(doctor.GPU_SUPPORT) <= compiled
+
+
+def test_the_kernel_path_line_says_what_auto_compiles_per_shape(monkeypatch):
+    from model import cpu, doctor
+
+    monkeypatch.setattr(cpu, "is_x86", lambda: True)
+    monkeypatch.setattr(cpu, "microarchitecture", lambda: "zen4")
+    monkeypatch.setattr(cpu, "op_paths", lambda path=None: cpu.OpPaths(one_row="avx512-vnni-256", rows="avx512-vnni"))
+    assert doctor.auto_paths() == ("auto is avx512-vnni-256 for one input row (batch-1 decode), avx512-vnni for "
+                                   "several, on this zen4")
+    monkeypatch.setattr(cpu, "op_paths", lambda path=None: cpu.OpPaths(one_row="avx2", rows="avx2"))
+    assert doctor.auto_paths() == "auto is avx2 on this zen4"

@@ -1,12 +1,17 @@
 # Which instructions model/kernels use: one compile-time choice per op call.
 #
-# Every op takes a compile-time parameter `isa` (model/cpu.py passes it).
-# AUTO picks from the compile target, MAX's view of the CPU at hand; the
-# others force a path, so that a machine with AVX-512 also runs, and its
-# tests check, the code an AVX2-only CPU runs. A forced path the CPU lacks
-# would stop on an illegal instruction: model/cpu.py refuses it first.
+# Every op takes two compile-time parameters (model/cpu.py passes them):
+# `isa1`, the path of its tile for one input row (a batch-1 decode step),
+# and `isa`, the path for several. They differ where a CPU runs one shape
+# faster on another path (AMD's Zen 4 decodes faster on 32-byte vectors:
+# docs/cpu.md). AUTO picks from the compile target, MAX's view of the CPU
+# at hand; the others force a path, so that a machine with AVX-512 also
+# runs, and its tests check, the code an AVX2-only CPU runs. A forced path
+# the CPU lacks would stop on an illegal instruction: model/cpu.py refuses
+# it first.
 #
 #   AVX512_VNNI  64-byte vectors; 8-bit dot products with vpdpbusd
+#   AVX512_VNNI_256  the same instructions on 32-byte vectors (AVX-512VL)
 #   AVX2         32-byte vectors (16 registers); 8-bit dot products with
 #                vpmaddubsw then vpmaddwd, llama.cpp's AVX2 form
 #   PORTABLE     the target's own vector width, plain arithmetic: any CPU
@@ -20,6 +25,12 @@ comptime AUTO = 0
 comptime AVX512_VNNI = 1
 comptime AVX2 = 2
 comptime PORTABLE = 3
+comptime AVX512_VNNI_256 = 4
+
+
+def has_vnni(isa: Int) -> Bool:
+    """Whether the path's 8-bit dot products are vpdpbusd (either width)."""
+    return isa == AVX512_VNNI or isa == AVX512_VNNI_256
 
 
 def resolved(isa: Int) -> Int:
@@ -37,7 +48,7 @@ def vector_bytes(isa: Int) -> Int:
     """Bytes in one vector register of the path."""
     if isa == AVX512_VNNI:
         return 64
-    if isa == AVX2:
+    if isa == AVX2 or isa == AVX512_VNNI_256:
         return 32
     return simd_byte_width()
 
@@ -45,7 +56,7 @@ def vector_bytes(isa: Int) -> Int:
 def registers(isa: Int) -> Int:
     """Vector registers the path's tiles may plan for (AVX-512 has 32,
     AVX2 16; the portable path assumes the smaller file)."""
-    return 32 if isa == AVX512_VNNI else 16
+    return 32 if has_vnni(isa) else 16
 
 
 @always_inline
@@ -75,7 +86,7 @@ def dot4_32[isa: Int](acc: SIMD[DType.int32, 8], u: SIMD[DType.uint8, 32], s: SI
 
     AVX2 sums each pair in int16 first (vpmaddubsw saturates there), so a
     caller keeps 2 * u * |s| within 32767: u <= 127 with |s| <= 128."""
-    comptime if isa == AVX512_VNNI:
+    comptime if has_vnni(isa):
         return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.256", SIMD[DType.int32, 8]](acc, bitcast[DType.int8, 32](u), s)
     elif isa == AVX2:
         return _avx2_dot4(acc, u, s)
@@ -85,7 +96,7 @@ def dot4_32[isa: Int](acc: SIMD[DType.int32, 8], u: SIMD[DType.uint8, 32], s: SI
 
 @always_inline
 def dot4_64[isa: Int](acc: SIMD[DType.int32, 16], u: SIMD[DType.uint8, 64], s: SIMD[DType.int8, 64]) -> SIMD[DType.int32, 16]:
-    """dot4_32 on 64 bytes: one vpdpbusd on AVX-512, two halves elsewhere."""
+    """dot4_32 on 64 bytes: one vpdpbusd on AVX512_VNNI, two halves elsewhere."""
     comptime if isa == AVX512_VNNI:
         return llvm_intrinsic["llvm.x86.avx512.vpdpbusd.512", SIMD[DType.int32, 16]](acc, bitcast[DType.int8, 64](u), s)
     else:
@@ -98,8 +109,8 @@ def dot4_64[isa: Int](acc: SIMD[DType.int32, 16], u: SIMD[DType.uint8, 64], s: S
 def signed_dot4_64[isa: Int](acc: SIMD[DType.int32, 16], w: SIMD[DType.int8, 64], x: SIMD[DType.int8, 64]) -> SIMD[DType.int32, 16]:
     """The sums of 4 neighbouring products w * x added to acc, both signed
     codes in -127..127 (Q8_0's). AVX2: |w| times x with w's sign, as
-    llama.cpp does, so no pair leaves int16. The AVX512_VNNI path does not
-    use this: its Q8_0 tiles make w unsigned (+128) and take 128 * sum(x)
+    llama.cpp does, so no pair leaves int16. The VNNI paths do not use
+    this: their Q8_0 tiles make w unsigned (+128) and take 128 * sum(x)
     back out once per block (matmul.mojo's prepare_inputs)."""
     comptime if isa == AVX2:
         var lo = _avx2_signed_dot4(acc.slice[8, offset=0](), w.slice[32, offset=0](), x.slice[32, offset=0]())

@@ -36,8 +36,8 @@
 # reads much faster (model/quantize.py's interleave_q8_0 makes the layout).
 # The scales arrive as uint16, their float16 bits: MAX 26.7 refuses a float16
 # tensor in a graph compiled for an Arm CPU, not float16 inside a kernel.
-# The measurements behind this file's choices: docs/journal.md, "Kernels:
-# from the code's comments"; `python -m bench.kernels` re-runs them.
+# The measurements behind this file's choices: docs/decisions/0003 and
+# docs/cpu.md; `python -m bench.kernels` re-runs them.
 
 import extensibility
 from extensibility import InputTensor
@@ -53,7 +53,7 @@ from std.memory import alloc, bitcast, stack_allocation
 from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
 
-from .isa import AVX2, AVX512_VNNI, dot4_64, registers, resolved, signed_dot4_64, vector_bytes
+from .isa import AVX2, dot4_64, has_vnni, registers, resolved, signed_dot4_64, vector_bytes
 
 comptime F32 = DType.float32
 comptime Q = 32  # weights per Q8_0 block
@@ -214,13 +214,13 @@ def q8_0_dequantize_above(isa: Int) -> Int:
     compute-bound in the tiles and MAX's float32 matmul is faster once the
     rows repay the dequantizing, which costs the same at any row count. The
     activations then stay float32 (not rounded to Q8_0 as llama.cpp's are)."""
-    if isa == AVX512_VNNI:
+    if has_vnni(isa):
         return Int.MAX
     return Q8_0_AVX2_TILES_UP_TO if isa == AVX2 else FEW_ROWS
 
 
 # AVX2: the rows up to which the Q8_0 tiles beat dequantizing for MAX's matmul
-# (bench.kernels --step; docs/journal.md).
+# (measured with bench.kernels --step --rows; docs/decisions/0003).
 comptime Q8_0_AVX2_TILES_UP_TO = 32
 
 
@@ -244,7 +244,7 @@ def tile_q8_0[isa: Int, R: Int, MB: Int](
     layout (see the top of this file), against Q8_0 inputs (as llama.cpp
     does): per step of two blocks, 64 codes x 64 inputs are one integer dot
     product into 16 int32 lanes (8 per block), then scaled by the weight's
-    d times the input's d. On the AVX512_VNNI path the weights' int8 codes
+    d times the input's d. On the VNNI paths the weights' int8 codes
     are made unsigned (+128) for vpdpbusd, and xc, the input's codes summed
     per block times -16 per lane, takes the +128 back out (prepare_inputs);
     the other paths multiply signed codes (isa.mojo's signed_dot4)."""
@@ -266,7 +266,7 @@ def tile_q8_0[isa: Int, R: Int, MB: Int](
                 var lane = (m0 + j) * steps * 16 + p * 16
                 var x = xq.load[width=P]((m0 + j) * K + p * P)
                 var dots: SIMD[DType.int32, 16]
-                comptime if isa == AVX512_VNNI:
+                comptime if has_vnni(isa):
                     dots = dot4_64[isa](xc.load[width=16](lane), bitcast[DType.uint8, P](codes) ^ 128, x)
                 else:
                     dots = signed_dot4_64[isa](SIMD[DType.int32, 16](0), codes, x)
@@ -356,7 +356,7 @@ def dequantized_matmul(y: FusedOutputTensor[dtype=F32, rank=2, ...], x: InputTen
 @extensibility.register("few_rows_matmul_f32")
 struct FewRowsMatmulF32:
     @staticmethod
-    def execute[target: StaticString, isa: Int](
+    def execute[target: StaticString, isa: Int, isa1: Int](
         y: FusedOutputTensor[dtype=F32, rank=2, ...],
         x: InputTensor[dtype=F32, rank=2, ...],
         w: InputTensor[dtype=F32, rank=2, ...],
@@ -370,6 +370,7 @@ struct FewRowsMatmulF32:
         comptime assert OUT >= CHUNK and OUT >= WIDE_CHUNK, "a chunk's columns must fit its output buffer"
         comptime I = resolved(isa)
         comptime V = vector_bytes(I) // 4  # float32 lanes of one register
+        comptime V1 = vector_bytes(resolved(isa1)) // 4  # the same for one input row
         comptime WIDE = wide_inputs(I)
         var K = x.dim_size(1)
         var N = w.dim_size(0)
@@ -384,7 +385,7 @@ struct FewRowsMatmulF32:
             var r = start
             if M == 1:  # decode: 8 weight rows at a time, 8 streams in flight
                 while r + ROWS <= end:
-                    tile_f32[V, ROWS, 1](xp, wp, o, K, r, 0)
+                    tile_f32[V1, ROWS, 1](xp, wp, o, K, r, 0)
                     r += ROWS
             else:  # a few input rows: every one against WIDE_ROWS weight rows, while they are in L1
                 while r + WIDE_ROWS <= end:
@@ -419,7 +420,7 @@ struct FewRowsMatmulF32:
 @extensibility.register("few_rows_matmul_q8_0")
 struct FewRowsMatmulQ8_0:
     @staticmethod
-    def execute[target: StaticString, isa: Int](
+    def execute[target: StaticString, isa: Int, isa1: Int](
         y: FusedOutputTensor[dtype=F32, rank=2, ...],
         x: InputTensor[dtype=F32, rank=2, ...],
         codes: InputTensor[dtype=DType.int8, rank=2, ...],
@@ -433,6 +434,7 @@ struct FewRowsMatmulQ8_0:
         var qp = codes.unsafe_ptr()
         var dp = scales.unsafe_ptr().bitcast[Float16]()
         comptime I = resolved(isa)
+        comptime I1 = resolved(isa1)  # the path for one input row
         comptime ABOVE = q8_0_dequantize_above(I)
         comptime if ABOVE < Int.MAX:  # not compiled at all on the VNNI path
             if M > ABOVE:
@@ -443,7 +445,7 @@ struct FewRowsMatmulQ8_0:
         var xc = alloc[Int32](M * K // P * 16)
         prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
-        comptime R1 = q8_0_tile_rows(I, 1)  # weight rows per call, one input row
+        comptime R1 = q8_0_tile_rows(I1, 1)  # weight rows per call, one input row
         comptime MB = q8_0_tile_inputs(I)  # input rows per call, several
         comptime RM = q8_0_tile_rows(I, MB)
 
@@ -456,7 +458,7 @@ struct FewRowsMatmulQ8_0:
                     m += MB
                 while m < M:
                     comptime for i0 in range(0, ROWS, R1):
-                        tile_q8_0[I, R1, 1](xq, xs, xc, qp, dp, y, K, N, t, i0, m)
+                        tile_q8_0[I1, R1, 1](xq, xs, xc, qp, dp, y, K, N, t, i0, m)
                     m += 1
 
         deal(work, tiles, TILE_CHUNK)  # tiles dealt a chunk at a time, as in the f32 op

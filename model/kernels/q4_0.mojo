@@ -3,7 +3,7 @@
 #
 #   few_rows_matmul_q4_0   x [M, K] f32, W [Npad, K / 32 * 18] uint8 -> y [M, N] f32
 #                          (Npad = N rounded up to 32; rows past N are zeros)
-#                          parameters: isa (isa.mojo), band (rows per band)
+#                          parameters: isa, isa1 (isa.mojo), band (rows per band)
 #
 # The layout is MAX's (`matmul_qint4_pack_b` in MAX's quantization package;
 # model/quantize.py's pack_q4_0 writes it in numpy, once per checkpoint):
@@ -119,7 +119,7 @@ def band_q4_0[isa: Int, band: Int](
 @extensibility.register("few_rows_matmul_q4_0")
 struct FewRowsMatmulQ4_0:
     @staticmethod
-    def execute[target: StaticString, isa: Int, band: Int](
+    def execute[target: StaticString, isa: Int, isa1: Int, band: Int](
         y: FusedOutputTensor[dtype=F32, rank=2, ...],
         x: InputTensor[dtype=F32, rank=2, ...],
         w: InputTensor[dtype=DType.uint8, rank=2, ...],
@@ -127,6 +127,7 @@ struct FewRowsMatmulQ4_0:
     ) raises:
         comptime assert band == 8 or band == 16 or band == 32, "bands of 8, 16 or 32 rows"
         comptime I = resolved(isa)
+        comptime I1 = resolved(isa1)  # the path for one input row
         var M = x.dim_size(0)
         var K = x.dim_size(1)
         var N = y.dim_size(1)
@@ -159,8 +160,11 @@ struct FewRowsMatmulQ4_0:
 
         def work(start: Int, end: Int) {var M, var K, var G, var N, var xw, var xd, var xc, var bp, var y}:
             for b in range(start, end):
-                for m in range(M):
-                    band_q4_0[I, band](xw + m * (K // 4), xd + m * G, xc + m * G, bp, y, G, N, b, m)
+                if M == 1:
+                    band_q4_0[I1, band](xw, xd, xc, bp, y, G, N, b, 0)
+                else:
+                    for m in range(M):
+                        band_q4_0[I, band](xw + m * (K // 4), xd + m * G, xc + m * G, bp, y, G, N, b, m)
 
         deal(work, bands, BAND_CHUNK * (32 // band))  # as many rows a take as 4 bands of 32
         xq.free()

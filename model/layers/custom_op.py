@@ -3,7 +3,7 @@
 The ops (model/kernels: ``few_rows_matmul_f32``, ``_q8_0``, ``_q4_0``) are
 registered custom ops, called from the graph with ``F.custom``. Each is one
 call per layer, so MAX fuses the bias add (and c_fc's gelu) into its output.
-Each takes the kernel path as a compile-time parameter (model/cpu.py,
+Each takes its kernel paths as compile-time parameters (model/cpu.py,
 docs/cpu.md). ``KernelLinear`` is the layer around such a call; the kinds
 (few_rows.py, q8_0.py, q4_0.py) say which op and which arrays.
 """
@@ -29,8 +29,8 @@ def custom_matmul(name: str, x, weights: list, out_dim: int, parameters: dict):
     """Call one of model/kernels' ops on ``x`` [..., in]: flattened to
     [rows, in] for the op, the float32 result reshaped back to ``x``'s
     leading shape and ``out_dim`` columns. ``parameters``: the op's
-    compile-time parameters (``isa``, the kernel path: model/cpu.py; q4_0's
-    ``band``). The call names the compiled library, so any graph (the
+    compile-time parameters (``isa1`` and ``isa``, the kernel paths for one
+    input row and for several: model/cpu.py; q4_0's ``band``). The call names the compiled library, so any graph (the
     app's, the server's, a test's) that uses the op can be compiled as it is."""
     lead = list(x.shape[:-1])
     x2 = x.reshape([-1, x.shape[-1]])
@@ -61,7 +61,7 @@ class KernelLinear(nn.Module):
         self.out_features = out_dim
         self.bias = Tensor.zeros([out_dim]) if bias else None
         self.traced = Traced()
-        self.parameters_of_op = {"isa": cpu.PATHS[cpu.kernel_path(path)]}
+        self.parameters_of_op = cpu.op_paths(path).parameters()
 
     def forward(self, x):
         self.traced.ran = True
