@@ -644,7 +644,8 @@ def test_a_mojo_program_is_built_once_per_source(tmp_path, monkeypatch):
     from model.caches import STAGING
 
     assert not list(binary.parent.glob(STAGING + "*"))  # no staging folder left
-    assert len([p for p in binary.parent.iterdir() if p.suffix != ".sha256"]) == 2  # the two programs, each with its digest
+    # The two programs, each with its digest beside it.
+    assert len([p for p in binary.parent.iterdir() if p.suffix != ".sha256"]) == 2
 
 
 def test_the_serving_bench_measures_this_cpus_own_graphs(tmp_path):
