@@ -277,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.rounds > 1:
             print(f"round {number + 1} of {args.rounds}", file=sys.stderr, flush=True)
         texts = level_prompts(tokenizer, levels, lengths, number, args.requests_per_client)
+        # Its metrics on a free port too: a server already on MAX's default one would refuse to start.
         ours = measure("max-serve", [sys.executable, "-m", "serve", "--model", str(folder), "--device", args.device,
-                                     "--port", "{port}", "--max-batch-size", batch, "--max-length", str(window),
+                                     "--port", "{port}", "--metrics-port", str(free_port()),
+                                     "--max-batch-size", batch, "--max-length", str(window),
                                      "--linear", args.linear,
                                      *(["--", *args.serve_flag] if args.serve_flag else [])],
                        str(folder), texts, args.max_tokens, tokenizer, logs / "max-serve.log",
