@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -10,7 +11,6 @@ import sys
 import threading
 import time
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
 
 from model.device import DEVICES, DTYPES, DeviceError, auto_note, bfloat16_note
@@ -169,7 +169,7 @@ def interrupted() -> int:
     return EXIT_INTERRUPTED
 
 
-@contextmanager
+@contextlib.contextmanager
 def interrupt_ends_at_once():
     """Ctrl-C ends the process at once in this block, even inside MAX's compile:
     native code that Python's own handler waits for (minutes). The signal's
@@ -217,7 +217,7 @@ def run(argv: list[str] | None = None) -> int:
 
     whose = None
     if args.impl == "steps":
-        from model.course import unfinished_message, unfinished_steps
+        from model.course import import_steps_quietly, unfinished_message, unfinished_steps
         from model.course import whose as whose_code
 
         unfinished = unfinished_steps(*MODEL_STEPS)
@@ -227,6 +227,7 @@ def run(argv: list[str] | None = None) -> int:
         whose = whose_code(*MODEL_STEPS)
         if warning := whose.warning():  # a copied or failing step, said before minutes of compiling
             print(f"note: {warning}", file=err, flush=True)
+            import_steps_quietly()
     start = time.perf_counter()
     try:
         # Prompts are checked before the model is built: a usage error costs

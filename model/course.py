@@ -230,6 +230,18 @@ class Course:
     GPT2AttentionWithWeights: type  # bonus step 15 (the attention map)
 
 
+def import_steps_quietly() -> None:
+    """Import the learner's steps package without its notes: on import it
+    names each import of solutions.* in a step file, a line each, which
+    whose()'s one line (printed first) has already said."""
+    import contextlib
+    import importlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        importlib.import_module("steps")
+
+
 def config_class(impl: str = "solutions") -> type:
     """Step 01's GPT2Config alone: enough to read a checkpoint and name its
     saved graph, without importing the rest of the course (and MAX's nn, a

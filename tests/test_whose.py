@@ -50,6 +50,18 @@ def test_the_app_names_a_copied_step_and_a_failing_one_before_building(tmp_path)
     assert "serve: built from your steps 01-03, 05-07, 09-11 and the reference's 01-04, 07, 08\n" in served.stderr
 
 
+def test_the_app_says_a_copied_step_once_not_once_per_import(tmp_path):
+    # The steps package names every import of solutions.* when it is imported (the checker's
+    # detail); the app has said it in one line and imports the package without them.
+    cwd, env = _copied_and_broken(tmp_path)
+    (cwd / "steps" / "__init__.py").write_text((ROOT / "steps" / "__init__.py").read_text())  # the project's own
+    plain = _run(cwd, env, "-c", "import steps")
+    assert "imports solutions.solution_08" in plain.stderr
+    quiet = _run(cwd, env, "-c", "from model.course import import_steps_quietly; import_steps_quietly(); "
+                                 "import steps.step_09")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
 def test_whose_code_follows_the_imports_into_the_solutions(tmp_path):
     cwd, _ = _copied_and_broken(tmp_path)
     folder = cwd / "steps"
