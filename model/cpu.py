@@ -32,6 +32,7 @@ architecture and features from its name.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -205,10 +206,36 @@ def op_paths(path: str | None = None) -> OpPaths:
     return OpPaths(one_row=one_row_path() if chosen == "auto" else chosen, rows=chosen)
 
 
+# Set while this process builds graphs as they are shipped for other CPUs
+# (as_shipped, run_as_shipped): a process-wide flag, since MAX may build a
+# graph on a thread of its own.
+_as_shipped = False
+
+
+@contextlib.contextmanager
+def as_shipped():
+    """Within it ``auto`` means the CPU's own path for every shape, as in a
+    graph compiled for other CPUs (a virtual target): what model/portable
+    traces on this machine to compare with a graph shipped for them."""
+    global _as_shipped
+    before, _as_shipped = _as_shipped, True
+    try:
+        yield
+    finally:
+        _as_shipped = before
+
+
+def run_as_shipped() -> None:
+    """as_shipped() for the rest of this process: a server's engine that
+    runs the graphs shipped for other CPUs builds the graphs they hold."""
+    global _as_shipped
+    _as_shipped = True
+
+
 def one_row_path() -> str:
     """What ``auto`` runs for one input row on the CPU compiled for: this
     microarchitecture's ONE_ROW entry, else "auto" (the CPU's own path)."""
-    if virtual_target():
+    if virtual_target() or _as_shipped:
         return "auto"
     return ONE_ROW.get(microarchitecture(), "auto")
 

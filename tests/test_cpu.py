@@ -189,3 +189,17 @@ def test_a_graph_for_another_cpu_runs_that_cpu_s_own_paths(monkeypatch):
 def test_every_one_row_entry_is_a_path_its_cpu_can_run():
     for name, path in cpu.ONE_ROW.items():
         assert path in cpu.PATHS and path != "auto", name
+
+
+def test_a_graph_shipped_for_other_cpus_is_traced_and_served_with_their_paths(monkeypatch):
+    """The shipped graphs were compiled for x86-64-v3 (auto on every shape): traced here to compare,
+    or built by a server's engine that runs them, they must be that graph on a Zen 4 too."""
+    monkeypatch.delenv(cpu.ENV, raising=False)
+    monkeypatch.setattr(cpu, "microarchitecture", lambda: "zen4")
+    monkeypatch.setattr(cpu, "virtual_target", lambda: "")
+    with cpu.as_shipped():
+        assert cpu.op_paths() == cpu.OpPaths(one_row="auto", rows="auto")
+    assert cpu.op_paths().one_row == cpu.ONE_ROW["zen4"]
+    monkeypatch.setattr(cpu, "_as_shipped", False)
+    cpu.run_as_shipped()  # the engine's process, for good (monkeypatch restores the flag after)
+    assert cpu.op_paths() == cpu.OpPaths(one_row="auto", rows="auto")

@@ -63,10 +63,12 @@ def empty_caches_env(folder: Path, **more: str) -> dict[str, str]:
 
 
 def traced_digest(options, config) -> str:
-    """``graph_digest`` of the graph this code builds for ``options`` (traced, not compiled)."""
+    """``graph_digest`` of the graph this code builds for ``options`` (traced,
+    not compiled), as for the CPUs a shipped graph is compiled for."""
     from model.gpt2 import traced_graph
 
-    return graph_digest(traced_graph(config, options))
+    with cpu.as_shipped():
+        return graph_digest(traced_graph(config, options))
 
 
 def make(model: str, checkpoint: str, target: Target, out: Path) -> int:

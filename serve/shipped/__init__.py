@@ -100,6 +100,7 @@ def prepare() -> str:
     folders = [unpacked(model, facts) for model, facts in usable]
     if None in folders:
         return f"not using the server's shipped compiled graphs: they could not be unpacked from {SHIPPED}"
+    cpu.run_as_shipped()  # this engine's graphs built as they were for x86-64-v3, whatever this CPU's own paths
     try:
         InferenceSession.default_mef_store = MefStore.for_import(folders, key=matching_key(folders))
     except Exception as exc:  # a manifest MAX cannot read: the server compiles, as without them

@@ -102,9 +102,10 @@ def served_graph_key(model: str) -> tuple[str, str]:
     from model.options import BuildOptions
     from serve.targets import served_module
 
-    module, inputs, _ = served_module(targets.checkpoint(model), BuildOptions(device="cpu", dtype="float32"),
-                                      gpu=False)
-    graph = module.trace(*inputs).graph
+    with cpu.as_shipped():  # as the make's engine, compiling for x86-64-v3, built it
+        module, inputs, _ = served_module(targets.checkpoint(model), BuildOptions(device="cpu", dtype="float32"),
+                                          gpu=False)
+        graph = module.trace(*inputs).graph
     return mef_store_key(graph), mef_store_fingerprint(graph)
 
 
