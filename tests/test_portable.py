@@ -129,14 +129,14 @@ def test_an_arm_cpu_s_features_line_is_read_and_takes_the_arm_graph(tmp_path, mo
     info.write_text(GRAVITON2)
     real_open = open
     on(monkeypatch, "Linux", "aarch64")
-    portable.cpu.flags.cache_clear()
+    portable.cpu.cpuinfo.cache_clear()
     try:
         with monkeypatch.context() as m:
             m.setattr("builtins.open", lambda path, *a, **k: real_open(info if path == "/proc/cpuinfo" else path,
                                                                        *a, **k))
             read = portable.cpu.flags()
     finally:
-        portable.cpu.flags.cache_clear()  # the next caller reads this machine's again
+        portable.cpu.cpuinfo.cache_clear()  # the next caller reads this machine's again
     assert read >= frozenset(portable.ARM.features) and "ssbs" in read
     monkeypatch.setattr(portable.cpu, "flags", lambda: read)
     monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path / "cache"))
