@@ -11,7 +11,7 @@ start, imports, loading, compiling and the first 16-token prefill), peak
 memory; with --cold-compile also each precision's first run with empty
 caches, as a new user has it: its compile, start to first token and peak
 memory (GPT-2 124M's float32 graph, shipped with the project for CPUs with
-AVX2 or Arm's Neoverse N1, is not compiled there: model/portable/). Each
+AVX2 or Arm's Neoverse N1, is not compiled there: model/graph_source.py). Each
 precision runs in its own
 process, so that its start to first token and peak memory are its own (with
 --rounds, taken from the rounds that loaded a saved graph: a compile is not
@@ -108,8 +108,8 @@ def measure_ours_in_child(folder: Path, dtype: str, device: str, reps: int, new_
     memory are per process, so each precision gets its own. ``tree``: the
     checkout whose code runs (bench/ab.py measures another one too). It
     measures this CPU's own graph, never the one shipped for first runs
-    (model/portable/: on a CPU with AVX-512 its kernels are the avx2 ones)."""
-    from model.portable import USE
+    (model/graph_source.py: on a CPU with AVX-512 its kernels are the avx2 ones)."""
+    from model.graph_source import USE
 
     args = ["--worker", dtype, "--model", str(folder), "--device", device, "--reps", str(reps),
             "--new-tokens", str(new_tokens), "--linear", linear]
@@ -138,16 +138,16 @@ def cold_start(folder: Path, dtype: str, device: str = "cpu", linear: str = "cus
                 "g.step(np.arange(16)[None], g.empty_cache(1))\n"
                 "print(json.dumps({'cold_compile_s': g.compile_seconds, "
                 "'cold_start_to_first_token_s': time.perf_counter() - start, 'cold_peak_rss_mb': peak_rss_mb()}))")
-        from model import caches, portable
+        from model import caches, graph_source
         from model.max_internals import WARM_STORE
 
         # Nothing of this machine's: no project cache, no saved graphs, no eager kernels named by a parent, no
         # setting of the shipped graphs (a new user's first run uses one where it applies); no background compile
         # of this CPU's own graph, which would outlive the empty folder and run beside the next measurement.
-        drop = (caches.CACHE, caches.SAVED_GRAPHS, WARM_STORE, portable.USE)
+        drop = (caches.CACHE, caches.SAVED_GRAPHS, WARM_STORE, graph_source.USE)
         env = {k: v for k, v in os.environ.items() if k not in drop}
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent,
-                              env=dict(env, XDG_CACHE_HOME=empty, **{portable.BACKGROUND: "0"}))
+                              env=dict(env, XDG_CACHE_HOME=empty, **{graph_source.BACKGROUND: "0"}))
         lines = done.stdout.strip().splitlines()
         if done.returncode != 0 or not lines:
             raise RuntimeError(f"{dtype} (first run, exit {done.returncode}): "

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model.portable import USE
+from model.graph_source import USE
 
 REFERENCE = Path(__file__).resolve().parent.parent / "tests" / "reference"
 CHECKPOINTS = ["demo", "trained-bytes", "tiny-2l-4h", "tiny-3l-3h"]
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="an interpreter with torch: compare float32 and bfloat16 with HF at the same precision on "
                         "the same device, computed now (default: the stored HF float32 reference)")
     args = p.parse_args(argv)
-    os.environ[USE] = "0"  # this CPU's own graphs, never one shipped for first runs (model/portable)
+    os.environ[USE] = "0"  # this CPU's own graphs, never one shipped for first runs (model/graph_source.py)
     rows = []
     for name in args.checkpoints:
         for dtype in args.dtypes:

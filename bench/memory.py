@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import random_checkpoint
-from model.portable import USE
+from model.graph_source import USE
 
 HERE = Path(__file__).resolve().parent
 SENTENCE = "The cat sat on the mat because it was tired. "  # 11 tokens
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layer", type=int, default=5)
     p.add_argument("--repeat", type=int, default=90, help="sentences in the prompt (default: 90, ~990 tokens)")
     args = p.parse_args(argv)
-    os.environ[USE] = "0"  # this CPU's own graphs, never one shipped for first runs (model/portable)
+    os.environ[USE] = "0"  # this CPU's own graphs, never one shipped for first runs (model/graph_source.py)
     folder = Path(args.model) if args.model else random_checkpoint("gpt2")
     prompt = (SENTENCE * args.repeat).strip()
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,7 @@
 """``python -m bench.portable``: a shipped graph against this CPU's own.
 
 The project ships the demo's and GPT-2 124M's graphs compiled for x86-64-v3,
-whose kernels take their avx2 path (model/portable/; and for Arm's Neoverse
+whose kernels take their avx2 path (model/graph_source.py; and for Arm's Neoverse
 N1, whose portable path is every Arm CPU's own, so the ratio is noise there).
 On a CPU with AVX-512 and VNNI, the app uses one on the first run and
 compiles the CPU's own graph (the avx512-vnni path) in the background for
@@ -36,15 +36,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from model import caches, cpu, portable, targets
+from artifacts.facts import why_not_here
+from model import caches, cpu
+from model import graph_source as shipped_graphs
 from model.device import GPU_VISIBILITY
+from weights import resolve_model
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "And it came to pass"
-SHIPPED = portable.this_machines() or portable.X86  # (where none is, main refuses and says why)
+SHIPPED = shipped_graphs.this_machines() or shipped_graphs.X86  # (where none is, main refuses and says why)
 GRAPHS = {  # name: (what it is, the environment its runs add)
-    "shipped": (f"the shipped graph ({SHIPPED.level}, {SHIPPED.path} kernels)", {portable.USE: "1"}),
-    "own": (f"this CPU's own graph ({cpu.native_path(cpu.flags())} kernels)", {portable.USE: "0"}),
+    "shipped": (f"the shipped graph ({SHIPPED.name}, {SHIPPED.path} kernels)", {shipped_graphs.USE: "1"}),
+    "own": (f"this CPU's own graph ({cpu.native_path(cpu.flags())} kernels)", {shipped_graphs.USE: "0"}),
 }
 
 
@@ -59,7 +62,7 @@ def long_prompt(model: str, tokens: int) -> str:
 
 def run_app(graph: str, model: str, new_tokens: int, folder: Path, prompt: str = PROMPT) -> dict:
     """One run of the app with ``graph``: its JSON line. A run that used the other graph stops the bench."""
-    env = dict(os.environ, **GRAPHS[graph][1], **{caches.CACHE: str(folder / graph), portable.BACKGROUND: "0"},
+    env = dict(os.environ, **GRAPHS[graph][1], **{caches.CACHE: str(folder / graph), shipped_graphs.BACKGROUND: "0"},
                **dict.fromkeys(GPU_VISIBILITY, ""))
     for name in (cpu.ENV, caches.SAVED_GRAPHS):  # the kernels' own choice; graphs saved, as a user has them
         env.pop(name, None)
@@ -69,7 +72,7 @@ def run_app(graph: str, model: str, new_tokens: int, folder: Path, prompt: str =
     if done.returncode != 0:
         raise SystemExit(f"bench.portable: the {graph} graph's run failed (exit {done.returncode}):\n"
                          + done.stderr[-2000:])
-    shipped = any(line.startswith(portable.USING) for line in done.stderr.splitlines())
+    shipped = any(line.startswith(shipped_graphs.USING) for line in done.stderr.splitlines())
     if shipped != (graph == "shipped"):
         raise SystemExit(f"bench.portable: a run meant for {GRAPHS[graph][0]} used "
                          f"{'the shipped graph' if shipped else 'another'}:\n" + done.stderr[-2000:])
@@ -79,7 +82,7 @@ def run_app(graph: str, model: str, new_tokens: int, folder: Path, prompt: str =
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.portable", description=__doc__.split("\n\n")[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", choices=portable.MODELS, default="demo",
+    p.add_argument("--model", choices=shipped_graphs.MODELS, default="demo",
                    help="whose shipped graph: the demo's, or GPT-2 124M's on a random checkpoint (default: demo)")
     p.add_argument("--rounds", type=int, default=5, help="timed runs of each graph, alternated (default: 5)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens each run decodes (default: 128)")
@@ -89,13 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1 or args.new_tokens < 1 or (args.prompt_tokens is not None and args.prompt_tokens < 1):
         p.error("--rounds, --new-tokens and --prompt-tokens must be at least 1")
-    target = portable.this_machines()
-    facts = portable.shipped_facts(args.model, target) if target else None
-    why = (portable.none_shipped_here() or (f"no shipped graph in {target.folder(args.model)}" if facts is None else
-                                           portable.cannot_run(facts["max"], target=target)))
+    target = shipped_graphs.this_machines()
+    facts = shipped_graphs.shipped_facts(args.model, target) if target else None
+    why = shipped_graphs.none_shipped_here() or ("none is shipped" if facts is None else why_not_here(facts))
     if why:
         p.error(f"the shipped graph cannot run here: {why}")
-    model = str(targets.checkpoint(args.model))  # the demo's, or a random one of 124M's shape (written once)
+    # The demo's, or a random one of 124M's shape (written once)
+    model = resolve_model("demo") if args.model == "demo" else str(caches.random_checkpoint(args.model))
     prompt = PROMPT if args.prompt_tokens is None else long_prompt(model, args.prompt_tokens)
     folder = caches.folder("portable-bench")
     runs: dict[str, list[dict]] = {graph: [] for graph in GRAPHS}

@@ -20,8 +20,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from model.graph_source import USE
 from model.options import LINEARS
-from model.portable import USE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--linear", choices=LINEARS, default="custom",
                    help="custom: the project's few-rows kernels (model/layers/few_rows.py); course: nn.Linear")
     args = p.parse_args(argv)
-    os.environ[USE] = "0"  # this CPU's own graphs, never one shipped for first runs (model/portable)
+    os.environ[USE] = "0"  # this CPU's own graphs, never one shipped for first runs (model/graph_source.py)
     from bench.common import random_checkpoint
     from model.gpt2 import BuildOptions, load_gpt2
     from model.sampling import Sampling, next_token

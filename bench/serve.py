@@ -161,7 +161,7 @@ def ours_env(steps_file: Path | None = None, graphs: str = "own") -> dict[str, s
     bench measures (the ones shipped for a first start are x86-64-v3's: on a CPU with AVX-512 their
     kernels are the avx2 ones), or ``graphs="shipped"``; each step timed into ``steps_file`` when one
     is given."""
-    from model.portable import USE
+    from model.graph_source import USE
 
     return {USE: "0" if graphs == "own" else "1", **({step_times.VARIABLE: str(steps_file)} if steps_file else {})}
 

@@ -1,6 +1,7 @@
 """Every file this project keeps between runs, and where: one folder, one module.
 
-    $GPT2_MAX_CACHE                  default ~/.cache/gpt2-on-max ($XDG_CACHE_HOME honoured)
+    $GPT2_MAX_CACHE                  default: the system's user cache folder's gpt2-on-max
+                                     (platformdirs: ~/.cache/gpt2-on-max on Linux, $XDG_CACHE_HOME honoured)
         graphs/<name>/               compiled graphs as MEFs (model/saved_graphs.py)
         float32-copies/<key>/        a checkpoint's transposed / converted arrays
         quantized/<key>/             a checkpoint's quantized blocks (model/quantize.py)
@@ -9,18 +10,19 @@
         programs/                    the bench's standalone Mojo programs, built (bench/mojo_program.py)
         bench-<size>-random/         random checkpoints of GPT-2's sizes (random_checkpoint:
                                      the bench, the targets check)
-        targets/modular/             MAX's cache for builds for other machines (model/targets.py)
-        eager-kernels/<level>-<key>/ MAX's eager kernels shipped for a CPU level, unpacked
-                                     (checker/eager_kernels; ~180 MB)
+        targets/modular/             MAX's cache for builds for other machines (maintain/targets.py)
+        shipped/<kind>-<name>-<level>-<key>/  a shipped artifact, unpacked (artifacts/files.py's
+                                     unpack: MAX's eager kernels ~180 MB, the server's graphs)
         checks/                      the checker's verdict on each of the learner's steps, by
                                      its files' contents (model/course.py: --impl steps names
                                      a step that fails its check)
 
 Delete the folder to free the space; nothing in it is needed to run, only
 to start faster, and nothing in it can stop a run: every entry is written
-whole or not at all (``writing``), one that fails to load is set aside and
-made again (``set_aside``), and a cache that cannot be written means running
-without saving, said once (``without_saving``). ``GPT2_MAX_SAVED_GRAPHS=0`` keeps nothing of the model's (saved graphs,
+whole or not at all, one that fails to load is set aside and made again, and
+a cache that cannot be written means running without saving, said once
+(artifacts/atomic.py: ``writing``, ``set_aside``, ``without_saving``).
+``GPT2_MAX_SAVED_GRAPHS=0`` keeps nothing of the model's (saved graphs,
 copies and blocks alike) and makes everything again every run. The kernel
 library is always kept: without it MAX precompiles the kernels at every op
 call (``layers/custom_op.py``).
@@ -34,27 +36,25 @@ them back. weights/ knows none of this: ``load_state`` is handed a
 from __future__ import annotations
 
 import atexit
-import errno
 import hashlib
 import os
 import shutil
-import socket
-import sys
 import tempfile
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import platformdirs
+
+from artifacts.atomic import UNWRITABLE, publish, set_aside, staging, without_saving, writing
 
 SAVED_GRAPHS = "GPT2_MAX_SAVED_GRAPHS"  # "0": keep nothing between runs
 CACHE = "GPT2_MAX_CACHE"  # the folder, when not the default
 
 
 def root() -> Path:
-    """This project's cache folder."""
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpt2-on-max"
-    return Path(os.environ.get(CACHE, default))
+    """This project's cache folder: the system's user cache folder's (platformdirs: ~/.cache with
+    $XDG_CACHE_HOME honoured on Linux, ~/Library/Caches on macOS), unless $GPT2_MAX_CACHE names one."""
+    return Path(os.environ.get(CACHE) or platformdirs.user_cache_path("gpt2-on-max"))
 
 
 def enabled() -> bool:
@@ -63,10 +63,11 @@ def enabled() -> bool:
 
 
 def max_cache() -> Path:
-    """MAX's own cache folder (compiled kernels and graphs): where MAX 26.7
-    puts it by default, or $MODULAR_CACHE_DIR."""
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "modular"
-    return Path(os.environ.get("MODULAR_CACHE_DIR", default))
+    """MAX's own cache folder (compiled kernels and graphs): $MODULAR_CACHE_DIR, else where MAX 26.7
+    puts it, the XDG user cache folder on every system (platformdirs' Unix rule, macOS included)."""
+    from platformdirs.unix import Unix
+
+    return Path(os.environ.get("MODULAR_CACHE_DIR") or Unix("modular").user_cache_path)
 
 
 def random_checkpoint(size: str) -> Path:
@@ -95,122 +96,6 @@ def folder(kind: str) -> Path:
     """One kind's folder under ``root()``: graphs, float32-copies, quantized,
     kernels, or one of the bench's (not created here)."""
     return root() / kind
-
-
-# Every entry is written in a staging folder beside it, then renamed into place: whole or
-# not at all. A staging folder is named after the process writing it, so that one left by
-# a process that died (killed mid-compile) is removed by the next write in that folder.
-STAGING = ".staging."
-BROKEN = ".broken"  # an entry that failed to load, set aside as <entry>.broken (the last one kept to look at)
-# A write failing with one of these means this cache cannot hold more: the run goes on without saving.
-UNWRITABLE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
-LOW_SPACE = 256 << 20  # bytes: a disk with less free is full to the cache (a saved graph takes tens of MB)
-_said_unsaved = False
-
-
-def staging(beside: Path) -> Path | None:
-    """A new empty folder in ``beside`` (made if need be) to write an entry in
-    before ``publish``; None when ``beside`` cannot be written or its disk is
-    all but full (said once)."""
-    try:
-        beside.mkdir(parents=True, exist_ok=True)
-        drop_stale_staging(beside)
-        if shutil.disk_usage(beside).free < LOW_SPACE:
-            # Checked first: MAX writes a compiled graph only once its compile is done.
-            raise OSError(errno.ENOSPC, f"less than {LOW_SPACE >> 20} MiB free")
-        return Path(tempfile.mkdtemp(prefix=f"{STAGING}{os.getpid()}@{socket.gethostname()}.", dir=beside))
-    except OSError as exc:
-        without_saving(beside, exc)
-        return None
-
-
-def drop_stale_staging(where: Path, day: float = 86400) -> None:
-    """The staging folders in ``where`` whose process is gone: on this machine
-    when it no longer runs, on another (a shared cache) after a day."""
-    for folder in where.glob(STAGING + "*"):
-        pid, _, host = folder.name.removeprefix(STAGING).rpartition(".")[0].partition("@")
-        try:
-            if host == socket.gethostname():
-                os.kill(int(pid), 0)
-                continue  # (its process still runs)
-            if time.time() - folder.stat().st_mtime < day:
-                continue
-        except ProcessLookupError:
-            pass
-        except (OSError, ValueError):  # another user's process, or not a name of ours
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def publish(staged: Path, final: Path) -> bool:
-    """``staged`` (written in a staging folder) renamed to ``final``. False when
-    another process published ``final`` first (a folder is not replaced) or
-    the cache could not take it (said once); the caller removes its staging folder."""
-    try:
-        os.rename(staged, final)
-        return True
-    except OSError as exc:
-        if exc.errno in UNWRITABLE:
-            without_saving(final.parent, exc)
-        return False
-
-
-@contextmanager
-def writing(final: Path):
-    """``with writing(final) as staged:`` write an entry (a file, or a folder
-    to make) at ``staged``, in a staging folder; when the block ends it
-    becomes ``final``, whole or not at all (``saving``). ``staged`` is None
-    when the cache cannot be written (said once: the run goes on)."""
-    folder = staging(final.parent)
-    if folder is None:
-        yield None
-        return
-    with saving(folder, final, folder / final.name):
-        yield folder / final.name
-
-
-@contextmanager
-def saving(folder: Path, final: Path, staged: Path | None = None):
-    """The block writes ``staged`` (default: the staging ``folder`` itself),
-    then it is published as ``final``; a write that fails for want of space
-    or permission ends the block, said once, and the run goes on without
-    saving. The staging folder is removed whatever happens."""
-    try:
-        yield
-        publish(staged or folder, final)
-    except OSError as exc:
-        if exc.errno not in UNWRITABLE:
-            raise
-        without_saving(final.parent, exc)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def without_saving(where: Path, exc: OSError) -> None:
-    """Say, once per process, that the cache cannot be written and the run goes on without saving."""
-    global _said_unsaved
-    if not _said_unsaved:
-        _said_unsaved = True
-        print(f"note: running without saving: {where} cannot be written ({exc.strerror or exc}); "
-              f"what this run compiles is made again next time", file=sys.stderr, flush=True)
-
-
-def set_aside(entry: Path, what: str, exc: BaseException) -> None:
-    """A cache entry that failed to load or verify (``exc`` says why) moved
-    out of the way, to ``<entry>.broken``, said in one line; the caller
-    makes it again."""
-    said = str(exc).strip().splitlines()
-    why = type(exc).__name__ + (f": {said[0]}" if said else "")
-    aside = entry.with_name(entry.name + BROKEN)
-    try:
-        if aside.is_dir() and not aside.is_symlink():
-            shutil.rmtree(aside)
-        aside.unlink(missing_ok=True)
-        os.rename(entry, aside)
-        done = f"set aside as {aside.name}, made again"
-    except OSError as err:
-        done = f"made again, not saved ({err.strerror or err})"
-    print(f"note: {what} in {entry} is damaged ({why}): {done}", file=sys.stderr, flush=True)
 
 
 def made_once(path: Path, make) -> Path:

@@ -122,9 +122,10 @@ def _check_key(step: str, folder: Path) -> str:
 
 def record_check(step: str, folder: Path, passed: bool) -> None:
     """Keep the checker's verdict on the learner's step ``step`` in ``folder`` as its files are now."""
+    from artifacts import atomic
     from model import caches
 
-    with caches.writing(caches.folder(CHECKS) / _check_key(step, folder)) as staged:
+    with atomic.writing(caches.folder(CHECKS) / _check_key(step, folder)) as staged:
         if staged is not None:
             staged.write_text("passed" if passed else "failed")
 

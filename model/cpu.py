@@ -26,7 +26,7 @@ reads any of them (it calls MAX's kernel only for the band that kernel reads).
 
 Both follow the CPU the kernels are compiled for: this one, unless MAX was
 told to compile for another (``max.driver.set_virtual_cpu_target``, as
-model/targets.py does); then ``compiled_for()`` reads that target's
+maintain/targets.py does); then ``compiled_for()`` reads that target's
 architecture and features from its name.
 """
 
@@ -38,6 +38,8 @@ import os
 import platform
 from dataclasses import dataclass
 
+from artifacts.targets import cpu_features
+from artifacts.targets import host_features as flags  # this CPU's features, archspec's reading
 from model.errors import DeviceError
 
 ENV = "GPT2_MAX_KERNEL_PATH"
@@ -63,7 +65,8 @@ class KernelPathError(DeviceError):
 
 @functools.cache
 def cpuinfo() -> dict[str, str]:
-    """The first CPU's fields in /proc/cpuinfo (empty where there is none)."""
+    """The first CPU's fields in /proc/cpuinfo (empty where there is none): its vendor, family and
+    model, which archspec does not hand out, for ``microarchitecture``. Its features: ``flags``."""
     fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
@@ -75,12 +78,6 @@ def cpuinfo() -> dict[str, str]:
     except OSError:
         pass
     return fields
-
-
-def flags() -> frozenset[str]:
-    """The CPU's feature flags as /proc/cpuinfo lists them (empty where there is none)."""
-    info = cpuinfo()
-    return frozenset(info.get("flags", info.get("Features", "")).split())
 
 
 @functools.cache
@@ -107,11 +104,6 @@ def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
-# What LLVM's named x86-64 levels guarantee, as /proc/cpuinfo names the features.
-X86_LEVELS = {"x86-64": (), "generic": (), "x86-64-v2": ("sse4_2",), "x86-64-v3": ("sse4_2", "avx2", "fma"),
-              "x86-64-v4": ("sse4_2", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd")}
-
-
 def virtual_target() -> str:
     """The CPU MAX compiles for when told to compile for another one
     (``set_virtual_cpu_target``), else "" (this CPU). MAX is not imported for
@@ -126,25 +118,11 @@ def virtual_target() -> str:
 
 
 def target_features(target: str) -> tuple[bool, frozenset[str]]:
-    """(is it x86-64, its features as /proc/cpuinfo names them) for a
-    virtual CPU target: an x86-64 level (``x86-64-v3``) or MAX's descriptor
-    (``triple=x86_64-unknown-linux-gnu;cpu=x86-64-v4;features=+avx512vnni,-avx512f``).
-    Only the x86-64 levels are known by name; another x86 CPU name is
-    refused rather than guessed."""
-    parts = [part.strip() for part in target.split(";") if part.strip()]
-    fields = dict(part.split("=", 1) if "=" in part else ("cpu", part) for part in parts)
-    name = fields.get("cpu", "generic").strip()
-    triple = fields.get("triple", "x86_64-" if name in X86_LEVELS else platform.machine() + "-")
-    if triple.split("-")[0].lower() not in ("x86_64", "amd64"):
-        return False, frozenset()
-    if name not in X86_LEVELS:
-        raise ValueError(f"CPU target {target!r}: name an x86-64 level ({', '.join(X86_LEVELS)}) and its extra "
-                         "features (features=+avx512vnni): model/cpu.py cannot tell this CPU's features from its name")
-    spelled = {"avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16", "sse4.2": "sse4_2", "avxvnni": "avx_vnni"}
-    changes = [f.strip() for f in fields.get("feature", fields.get("features", "")).split(",") if f.strip()]
-    named = lambda f: spelled.get(f[1:], f[1:])  # noqa: E731
-    features = set(X86_LEVELS[name]) | {named(f) for f in changes if f.startswith("+")}
-    return True, frozenset(features - {named(f) for f in changes if f.startswith("-")})
+    """(is it x86-64, its features as /proc/cpuinfo names them) for a virtual
+    CPU target: MAX's descriptor or a CPU's name, read by archspec
+    (artifacts/targets.py's ``cpu_features``)."""
+    machine, features = cpu_features(target)
+    return machine == "x86_64", features
 
 
 def compiled_for() -> tuple[bool, frozenset[str]]:
@@ -215,7 +193,7 @@ _as_shipped = False
 @contextlib.contextmanager
 def as_shipped():
     """Within it ``auto`` means the CPU's own path for every shape, as in a
-    graph compiled for other CPUs (a virtual target): what model/portable
+    graph compiled for other CPUs (a virtual target): what model/graph_source.py
     traces on this machine to compare with a graph shipped for them."""
     global _as_shipped
     before, _as_shipped = _as_shipped, True

@@ -25,24 +25,23 @@
                           place); then the graph around it, compiled
     model/quantize.py     quantize_state: blocks for exactly the quantized layers
                           (kept by model/caches.py)
-    model/saved_graphs.py the compiled graph saved as a MEF, driven directly on
-                          later starts (nothing traced)
-    model/portable/       the demo's and GPT-2 124M's graphs compiled for
-                          x86-64-v3 and Arm's Neoverse N1, shipped with the
-                          project: used where the CPU can run them
+    model/graph_source.py where the compiled graph comes from, decided before
+                          the build: saved (model/saved_graphs.py: a MEF driven
+                          directly, nothing traced), shipped with the project
+                          (shipped/app-graph/), or compiled
     model/runtime.py      GPT2: the cache, one graph call, logits on the host
     model/generate.py     prefill once, then one token per step; sampling.py picks
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from model import caches, portable, saved_graphs
+from model import caches, saved_graphs
 from model.course import IMPLS, config_class, course
+from model.graph_source import graph_to_load
 from model.options import BuildOptions
 from model.runtime import GPT2
 from weights import Checkpoint, load_state, open_checkpoint
@@ -64,7 +63,7 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     options = replace(options or BuildOptions(), **fields)
     placement = options.placement  # a device the machine lacks is refused before anything is read
     checkpoint, config, graph_config = opened(model, options)
-    name = graph_to_load(checkpoint, config, graph_config, options)
+    name = graph_to_load(checkpoint, config, graph_config, options, opened, traced_graph)
     tokenizer = checkpoint.tokenizer if with_tokenizer else None
     folder = checkpoint.folder
     state = checkpoint_state(folder, config, graph_config)  # every shape verified before building
@@ -72,8 +71,8 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
     store = saved_graphs.store_for(name, placement.max_device(), direct)
     if store.damaged:  # set aside: found again where it can be (a shipped graph unpacked anew), else compiled
         store.discard()
-        store = saved_graphs.store_for(graph_to_load(checkpoint, config, graph_config, options),
-                                       placement.max_device(), direct)
+        name = graph_to_load(checkpoint, config, graph_config, options, opened, traced_graph)
+        store = saved_graphs.store_for(name, placement.max_device(), direct)
     # The course's model is built to be traced, and to say which layers are
     # quantized; a saved graph driven directly needs neither (its facts say).
     specs = store.facts.get("quantized") if store.direct else None
@@ -107,32 +106,6 @@ def load_gpt2(model: str | Path | Checkpoint, options: BuildOptions | None = Non
                 weight_bytes=held)
 
 
-def graph_to_load(checkpoint: Checkpoint, config, graph_config, options: BuildOptions) -> str:
-    """The name of the saved graph to load for this build (model/saved_graphs.py):
-    its own, or the one shipped with the project, or the solutions' for a
-    finished course; when none is saved, its own, said to be compiled."""
-    name = saved_graphs.graph_name(options, graph_config)
-    if not saved_graphs.is_saved(name):  # the demo's and GPT-2 124M's graphs came with the project
-        name = portable.saved_name(options, graph_config, lambda: traced_graph(config, options),
-                                   checkpoint.folder) or name
-    if not saved_graphs.is_saved(name) and options.impl == "steps":  # a finished course traces the solutions' graph
-        name = solutions_graph(checkpoint, config, options, name) or name
-    if not saved_graphs.is_saved(name):  # minutes of silence look like a hang: say so before anything slow
-        print(f"compiling the model graph ({compile_estimate(options)}) ...", file=sys.stderr, flush=True)
-    return name
-
-
-def compile_estimate(options: BuildOptions) -> str:
-    """How long the compile ``graph_to_load`` announces takes, in words: what it took on
-    machines measured is in docs/benchmarks.md ("First runs from empty caches"), and a
-    figure here would be a promise about one machine. A learner's edited step is a graph
-    MAX's caches have never held: its compile is never seconds."""
-    beside = "minutes, more on a small or busy machine"
-    if options.impl == "steps":
-        return f"your steps' graph, new after each edit of a step: {beside}; saved for later runs of the same steps"
-    return f"seconds when MAX's caches are warm; the first time on a machine {beside}; saved for later runs"
-
-
 def opened(model: str | Path | Checkpoint, options: BuildOptions):
     """The checkpoint, its config as the course's class, and the config the
     graph is built for (a GPU's head is wider); an attention layer the model
@@ -142,34 +115,6 @@ def opened(model: str | Path | Checkpoint, options: BuildOptions):
     if options.attention_layer is not None and not 0 <= options.attention_layer < config.n_layer:
         raise ValueError(f"attention_layer {options.attention_layer}: the model has layers 0-{config.n_layer - 1}")
     return checkpoint, config, as_in_graph(config, options.placement)
-
-
-def solutions_graph(checkpoint: Checkpoint, config, options: BuildOptions, name: str) -> str | None:
-    """The name of the solutions' saved (or shipped) graph of this build when
-    the learner's steps trace exactly its graph (both traced: seconds), else
-    None. A finished course then runs the graph compiled for the solutions
-    (by ``generate``, the project's shipped graphs or the test suite)
-    instead of compiling the same graph again; the steps' own ``name`` is
-    linked to it, so later runs load it without tracing."""
-    solutions = replace(options, impl="solutions")
-    _, solutions_config, graph_config = opened(checkpoint, solutions)
-    found = saved_graphs.graph_name(solutions, graph_config)
-    shipped = portable.shipped_for(solutions, graph_config, portable.this_machines() or portable.X86)
-    if not saved_graphs.is_saved(found) and shipped is None:
-        return None
-    if portable.graph_digest(traced_graph(config, options)) != portable.graph_digest(
-            traced_graph(solutions_config, solutions)):
-        return None
-    if not saved_graphs.is_saved(found):  # the shipped graph, unpacked where it can run (else a line says why)
-        # (traced anew when asked: a traced graph's printed body, which the digest reads, differs at each print)
-        found = portable.saved_name(solutions, graph_config, lambda: traced_graph(solutions_config, solutions),
-                                    checkpoint.folder)
-        if found is None:
-            return None
-    saved_graphs.alias(name, found)
-    print("your steps build the solutions' graph exactly: its saved compiled graph is used", file=sys.stderr,
-          flush=True)
-    return found
 
 
 def checkpoint_state(folder: Path, config, graph_config) -> dict:
@@ -191,7 +136,7 @@ def graph_weights(state: dict, folder: Path, placement, specs: dict | None) -> d
 
 def traced_graph(config, options: BuildOptions):
     """The graph ``load_gpt2`` compiles for ``config`` and ``options``,
-    traced, not compiled (MAX's Graph: model/portable/ compares its body
+    traced, not compiled (MAX's Graph: model/graph_source.py compares its body
     with the shipped graph's)."""
     from model.graph import build_lm, trace_graph, wrap
 

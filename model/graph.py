@@ -114,7 +114,7 @@ def wrap(lm, kit: Course, options: BuildOptions, vocab_size: int):
 
 
 # Every graph is traced under one name: what it computes is in its body
-# (a shipped graph is matched by a digest of it: model/portable/), and each
+# (a shipped graph is matched by a digest of it: model/graph_source.py), and each
 # saved graph has its own folder (model/saved_graphs.py).
 GRAPH_NAME = "gpt2"
 

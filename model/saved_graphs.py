@@ -48,10 +48,11 @@ import sys
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
+from artifacts import atomic, files
+from artifacts.mef import MANIFEST, the_mef
 from model import caches
 
 ROOT = Path(__file__).resolve().parent.parent
-MANIFEST = "manifest.json"  # what MAX's MefStore writes beside the artifacts
 FACTS = "facts.json"  # what the build learnt while tracing the graph (load_gpt2)
 NOTE = ".note"  # graphs/<name>.note: a line said once, by the first load of that saved graph
 BUNDLE_MEF = "bundle.mef"  # several graphs compiled as one unit (model/together.py)
@@ -61,7 +62,7 @@ BUNDLE_WEIGHTS = "weights.json"  # each of the bundle's graphs' weights' names
 def graph_name(options, config, cpu_description: str | None = None) -> str:
     """``gpt2_<digest>``: the digest of everything the compiled graph depends on
     (``options``: model/options.py's BuildOptions). ``cpu_description``: what
-    the graph was compiled for, when not this CPU (model/portable/'s
+    the graph was compiled for, when not this CPU (model/graph_source.py's
     shipped graph)."""
     digest = hashlib.sha256()
     facts = {**machine_facts(cpu_description), "impl": options.impl,
@@ -84,34 +85,44 @@ def machine_facts(cpu_description: str | None = None) -> dict:
 
 def sources_digest(impl: str) -> str:
     """A digest of the files a graph of ``impl`` can depend on (``sources``)."""
-    return files_digest(sources(impl))
+    return files.files_digest(sources(impl), ROOT)
 
 
-def files_digest(paths: list[Path]) -> str:
-    """A digest of files' names (from the repository's root; a file outside it
-    as its folder's name and its own) and bytes, in the order given."""
-    digest = hashlib.sha256()
-    for path in paths:
-        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else Path(path.parent.name, path.name)
-        digest.update(where.as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+# The build of a graph (model/graph.py): it and the files it imports, at any depth of their code, build it.
+BUILD = Path("model", "graph.py")
 
 
-# Tools in model/ that build no graph: editing their words must not rename every saved graph.
-NOT_BUILD = ("doctor.py", "targets.py", "portable/__init__.py", "portable/__main__.py")
+def build_files() -> list[Path]:
+    """model/'s Python files that the build imports, from ``BUILD`` on (read from their
+    source): a saved graph is named by these, so editing the CLI or a tool renames none."""
+    import ast
+
+    found, todo = set(), [ROOT / BUILD]
+    while todo:
+        path = todo.pop()
+        if path in found or not path.is_file():
+            continue
+        found.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module, *(f"{node.module}.{a.name}" for a in node.names)] \
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+            for name in names:
+                if name == "model" or name.startswith("model."):
+                    module = ROOT.joinpath(*name.split("."))
+                    todo += [module.with_suffix(".py"), module / "__init__.py"]
+    return sorted(found)
 
 
 def sources(impl: str) -> list[Path]:
-    """The files a built graph can depend on: the model's Python, its Mojo
-    kernels (model/kernels) and the course's blocks: the solutions, or the
-    learner's steps wherever Python imports them from (a folder outside the
-    repository first on PYTHONPATH: its files, not the repository's
-    skeletons, name the graph)."""
+    """The files a built graph can depend on: the build's Python (``build_files``), its Mojo
+    kernels (model/kernels) and the course's blocks: the solutions, or the learner's steps
+    wherever Python imports them from (a folder outside the repository first on PYTHONPATH:
+    its files, not the repository's skeletons, name the graph)."""
     from model.course import steps_folder
 
     course = ROOT / "solutions" if impl == "solutions" else steps_folder()
-    model = [p for p in (ROOT / "model").rglob("*.py") if p.relative_to(ROOT / "model").as_posix() not in NOT_BUILD]
-    return sorted([*model, *(ROOT / "model").rglob("*.mojo"), *course.glob("*.py")])
+    return sorted([*build_files(), *(ROOT / "model").rglob("*.mojo"), *course.glob("*.py")])
 
 
 @dataclass
@@ -148,7 +159,7 @@ class Store:
         once both succeed; one wins)."""
         if self.staging is None:
             return
-        with caches.saving(self.staging, caches.folder("graphs") / self.name):
+        with atomic.saving(self.staging, caches.folder("graphs") / self.name):
             (self.staging / FACTS).write_text(json.dumps(facts))
             _drop_unsaved(self.name)
 
@@ -216,12 +227,12 @@ def saved_facts(name: str) -> dict | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError) as exc:
-        caches.set_aside(folder, "a saved graph", exc)
+        atomic.set_aside(folder, "a saved graph", exc)
         return None
 
 
 # Graphs this process uses without a saved copy: a shipped graph read from
-# its compressed file where the cache cannot be written (model/portable);
+# its compressed file where the cache cannot be written (model/graph_source.py);
 # and those found unreadable, not held again.
 _HELD: dict[str, tuple[dict, object]] = {}
 _UNREADABLE: set[str] = set()
@@ -253,14 +264,14 @@ def keep_bundle(compiled, members: list[tuple[str, dict]], weights: dict[str, li
         return
     graphs = caches.folder("graphs")
     name = "bundle_" + hashlib.sha256(" ".join(sorted(n for n, _ in members)).encode()).hexdigest()[:20]
-    with caches.writing(graphs / name) as staged:
+    with atomic.writing(graphs / name) as staged:
         if staged is None:
             return
         staged.mkdir()
         compiled.export_mef(staged / BUNDLE_MEF)
         (staged / BUNDLE_WEIGHTS).write_text(json.dumps(weights))
     for member, facts in members:
-        with caches.writing(graphs / member) as staged:
+        with atomic.writing(graphs / member) as staged:
             if staged is not None:
                 staged.mkdir()
                 (staged / FACTS).write_text(json.dumps({**facts, "bundle": {**facts["bundle"], "name": name}}))
@@ -305,7 +316,7 @@ def store_for(name: str, device, direct: bool = True) -> Store:
         if store is not None:
             return store
         damaged = True
-    staging = caches.staging(caches.folder("graphs"))
+    staging = atomic.staging(caches.folder("graphs"))
     if staging is None:  # the cache cannot be written: compiled, not saved
         return Store(name, damaged=damaged)
     return Store(name, InferenceSession(devices=[device], export_mefs=staging), staging=staging, damaged=damaged)
@@ -321,12 +332,11 @@ def _saved(name: str, device, direct: bool) -> Store | None:
         mef = bundle_mef(facts)  # a bundle is only driven directly (model/together.py: CPU builds)
         if mef is None:
             # The MEF carries the compiled custom kernels too: no library needed.
-            [graph] = json.loads((folder / MANIFEST).read_text())["graphs"]
-            mef = folder / graph["key"]
+            mef = the_mef(folder)
         entry = mef.parent
         artifact = read(mef)  # a MEF cut short or damaged fails here
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
-        caches.set_aside(entry, "a saved graph", exc)
+        atomic.set_aside(entry, "a saved graph", exc)
         return None
     _say_note(name)
     if direct or entry != folder:
@@ -355,7 +365,7 @@ def note_first_load(name: str, line: str) -> None:
     saved graph (one compiled out of the user's sight says so when it is used)."""
     if not caches.enabled():
         return
-    with caches.writing(caches.folder("graphs") / (name + NOTE)) as staged:  # never read half written
+    with atomic.writing(caches.folder("graphs") / (name + NOTE)) as staged:  # never read half written
         if staged is not None:
             staged.write_text(line)
 

@@ -76,10 +76,10 @@ class Other:
     @cached_property
     def name(self) -> str:
         """``graph_<digest>``: its saved graph's name, from what its traced
-        body computes (model/portable's graph_digest), the Mojo kernels it
+        body computes (model/graph_source.py's graph_digest), the Mojo kernels it
         may call, and the machine's facts as model/saved_graphs.py's
         graph_name takes them."""
-        from model.portable import graph_digest, kernels_digest
+        from model.graph_source import graph_digest, kernels_digest
         from model.saved_graphs import machine_facts
 
         traced = self.module.trace(*self.input_types, name="other").graph

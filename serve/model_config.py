@@ -52,7 +52,7 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
 
     # float32 is what `python -m serve` runs, on the CPU and on a GPU (and what
     # the app's tests compare against Hugging Face in); bfloat16 is declared, and
-    # compiles for a GPU (serve/targets.py), but is not served: model/device.py's
+    # compiles for a GPU (maintain/server_targets.py), but is not served: model/device.py's
     # bfloat16_note says why.
     DEFAULT_ENCODING: ClassVar[SupportedEncoding] = "float32"
     SUPPORTED_ENCODINGS: ClassVar[set[SupportedEncoding]] = {"float32", "bfloat16"}
@@ -110,7 +110,7 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
               kv_cache_config: KVCacheConfig, max_seq_len: int | None = None, data_parallel_degree: int = 1) -> Self:
         """The config for the checkpoint in ``folder`` at ``encoding`` on
         ``devices``, its paged cache sized by ``kv_cache_config``: what the
-        engine builds (``initialize``), and what serve/targets.py compiles
+        engine builds (``initialize``), and what maintain/server_targets.py compiles
         without an engine. ``max_seq_len``: the checkpoint's window by default."""
         gpt2 = read_config(folder, config_class(options.impl))
         cache_dtype = cache_dtype_for_encoding(encoding, kv_cache_config.kv_cache_format)

@@ -1,5 +1,5 @@
 """A server started in a process group of its own, waited for, and stopped: what the bench
-(llama-server and ``python -m serve``), the tests and ``python -m serve.shipped make`` do."""
+(llama-server and ``python -m serve``), the tests and ``python -m maintain make`` do."""
 
 from __future__ import annotations
 

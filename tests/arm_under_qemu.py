@@ -21,7 +21,7 @@ its own with a cache folder of its own (``$ARM_ROOT/cache``), and compares its
 greedy text after a short prompt and after a long one (over 16 tokens) with the ones
 this machine's native build writes (q4_0 packs bands of
 8 rows on Arm, against 16 or 32 on x86: model/cpu.py); a line says when the
-run used the graph shipped for Neoverse N1 (float32, the default build: model/portable)
+run used the graph shipped for Neoverse N1 (float32, the default build: model/graph_source.py)
 rather than compiling. ``--model gpt2`` runs a random checkpoint of GPT-2 124M's shape instead of the
 demo (the bench's, written once on this machine; its graph is shipped too), after the short
 prompt only. Then it checks steps 01-03 with the solutions (with the eager
@@ -154,7 +154,7 @@ def arm_env() -> dict[str, str]:
 def greedy(python_path: str, dtype: str, prompt: str, env: dict, model: str = "demo") -> tuple[dict, float]:
     """The app's JSON line (``shipped``: whether it ran the graph shipped with the project), and its seconds."""
     sys.path.insert(0, str(ROOT))
-    from model.portable import USING
+    from model.graph_source import USING
 
     start = time.perf_counter()
     done = subprocess.run([python_path, "-m", "model", "--model", model, "--dtype", dtype, "--temperature", "0",

@@ -105,8 +105,9 @@ def traced_digest_in(cwd: Path, env: dict[str, str] | None, folder: Path, impl: 
     import subprocess
     import sys
 
-    digest = (f"from serve.targets import served_digest; print(served_digest({str(folder)!r}, options))" if served
-              else "from model.course import config_class; from model.portable.__main__ import traced_digest\n"
+    digest = (f"from maintain.server_targets import served_digest; print(served_digest({str(folder)!r}, options))"
+              if served
+              else "from model.course import config_class; from maintain.app_graphs import traced_digest\n"
                    "from weights import open_checkpoint\n"
                    f"config = open_checkpoint({str(folder)!r}).config_as(config_class(options.impl))\n"
                    "print(traced_digest(options, config))")

@@ -50,7 +50,7 @@ set_default_executor(executor_without_background_compiles())
 # graph alone or start servers. The files that wait for the longer unit go last, so that they
 # find it done instead of waiting for it.
 SLOWEST_FIRST = ("test_fast_linear.py", "test_quantize.py", "test_app.py", "test_serve.py", "test_bench.py",
-                 "test_portable.py")
+                 "test_shipped_app_graphs.py")
 LAST = ("test_kv_cache.py", "test_model.py", "test_generate.py", "test_engine_threads.py", "test_saved_graphs.py",
         "test_attention_map.py")
 GIB_PER_WORKER = 2.5  # a graph's compile peaks below 2 GB
@@ -156,13 +156,13 @@ def run_python(*args: str, timeout: int = 600, env: dict[str, str] | None = None
 
 
 def warn_unrecorded(rows: list[dict], program: str) -> None:
-    """A targets check's graph compiled here that its record (model/compiled_targets.json) lacks: right,
+    """A targets check's graph compiled here that its record (maintain/compiled_targets.json) lacks: right,
     but every later CI run compiles it too, so the run says so (pytest's warnings summary)."""
     import warnings
 
     unrecorded = [f"{r['target']} {r['dtype']} ({r['seconds']:.0f} s)" for r in rows if not r.get("recorded")]
     if unrecorded:
-        warnings.warn(f"compiled, not in model/compiled_targets.json: {', '.join(unrecorded)}; "
+        warnings.warn(f"compiled, not in maintain/compiled_targets.json: {', '.join(unrecorded)}; "
                       f"`python -m {program} --ci --record` spares later CI runs these compiles", stacklevel=2)
 
 

@@ -90,7 +90,7 @@ TRAINED = [Build("trained-bytes", (("dtype", dtype),)) for dtype in ("q4_0", "q4
 # own) compile again: they find it in MAX's cache only when a test compiled it alone.
 # test_saved_graphs.py's quantized graph is copied into its own project cache from the suite's
 # (``saved_in``). A learner's finished course (--impl steps: test_app.py, test_attention_map.py)
-# finds the solutions' saved graph of its build by tracing both (model/gpt2.py's solutions_graph).
+# finds the solutions' saved graph of its build by tracing both (model/graph_source.py's solutions_graph).
 # An entry ``file::test`` is one test's: that test waits for its unit (tests/conftest.py's
 # ``suite_graphs_of_this_test`` fixture), not the file's first. test_app.py's learner with an edited
 # step 07 runs its own graph: it joins the quantize unit, which starts beside the models unit at the

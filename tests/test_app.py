@@ -215,13 +215,13 @@ def test_an_edited_step_07_is_not_given_the_solutions_graph(tmp_path, folder, gp
     cwd, env = edited_learner_tree(tmp_path, STEP_07_EDITS["_attn-scaled"])
     code = ("from dataclasses import replace\n"
             "from model import saved_graphs\n"
-            "from model.gpt2 import opened, solutions_graph\n"
+            "from model.gpt2 import opened, traced_graph\nfrom model.graph_source import solutions_graph\n"
             "from model.options import BuildOptions\n"
             "options = BuildOptions(impl='steps', device='cpu')\n"
             f"checkpoint, config, _ = opened({str(folder)!r}, options)\n"
             "solutions = replace(options, impl='solutions')\n"
             f"print(saved_graphs.is_saved(saved_graphs.graph_name(solutions, opened({str(folder)!r}, solutions)[2])))\n"
-            "print(solutions_graph(checkpoint, config, options, 'not-linked'))")
+            "print(solutions_graph(checkpoint, config, options, 'not-linked', opened, traced_graph))")
     done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "None"] and "solutions' graph exactly" not in done.stderr

@@ -652,7 +652,7 @@ def test_the_serving_bench_measures_this_cpus_own_graphs(tmp_path):
     """bench.serve starts the server on this CPU's own graphs, never the ones shipped for a first
     start (x86-64-v3's, whose kernels are the avx2 ones on an AVX-512 CPU), as the app's bench does."""
     from bench.serve import ours_env
-    from model import portable
+    from model import graph_source as portable
     from serve import step_times
 
     assert ours_env() == {portable.USE: "0"}
@@ -666,12 +666,12 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
     import subprocess
 
     from bench import portable
-    from weights import load_tokenizer
+    from weights import load_tokenizer, resolve_model
 
     real_run_app, calls, prompts = portable.run_app, [], set()
 
     def run_app(graph, model, new_tokens, folder, prompt=portable.PROMPT):
-        assert model == str(portable.targets.checkpoint("demo"))  # the demo's own checkpoint
+        assert model == resolve_model("demo")  # the demo's own checkpoint
         calls.append(graph)
         prompts.add(prompt)
         rate = {"shipped": 100.0, "own": 150.0}[graph] + len(calls)
@@ -679,7 +679,7 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
                 "prompt_tokens": 5}
 
     monkeypatch.setattr(portable, "run_app", run_app)
-    monkeypatch.setattr(portable.portable, "cannot_run", lambda made_with, target: "")
+    monkeypatch.setattr(portable, "why_not_here", lambda facts: "")
     assert portable.main(["--rounds", "3", "--json", str(tmp_path / "p.json")]) == 0
     # each untimed first, then the order swapped every round
     assert calls == ["shipped", "own", "shipped", "own", "own", "shipped", "shipped", "own"]
@@ -701,7 +701,7 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
     assert portable.main(["--rounds", "1", "--prompt-tokens", "37"]) == 0
     [prompt] = prompts
     assert prompt.startswith(portable.PROMPT + " " + portable.PROMPT)
-    assert len(load_tokenizer(portable.targets.checkpoint("demo")).encode(prompt)) == 37
+    assert len(load_tokenizer(Path(resolve_model("demo"))).encode(prompt)) == 37
 
     # run_app reads the app's stderr: "not using the shipped ..." is not using it
     line = '{"tokens": [1], "decode_tokens_per_s": 1.0, "prefill_ms": 1.0, "compile_s": 0.0}'
@@ -712,12 +712,12 @@ def test_portable_alternates_the_two_graphs_and_checks_each_ran_the_graph_meant(
         return subprocess.CompletedProcess(command, 0, stdout=line + "\n", stderr=said["stderr"])
 
     monkeypatch.setattr(portable.subprocess, "run", app)
-    said["stderr"] = f"{portable.portable.USING} (x86-64-v3: any CPU with AVX2 and FMA)\n"
+    said["stderr"] = f"{portable.shipped_graphs.USING} (x86-64-v3: any CPU with AVX2 and FMA)\n"
     assert real_run_app("shipped", "demo", 4, tmp_path)["tokens"] == [1]
     assert all(said["env"][name] == "" for name in portable.GPU_VISIBILITY)  # the CPU's bench, on a GPU machine too
     with pytest.raises(SystemExit, match="used the shipped graph"):
         real_run_app("own", "demo", 4, tmp_path)
-    said["stderr"] = f"not {portable.portable.USING}: GPT2_MAX_SAVED_GRAPHS=0\n"
+    said["stderr"] = f"not {portable.shipped_graphs.USING}: GPT2_MAX_SAVED_GRAPHS=0\n"
     with pytest.raises(SystemExit, match="used another"):
         real_run_app("shipped", "demo", 4, tmp_path)
     assert real_run_app("own", "demo", 4, tmp_path)["tokens"] == [1]

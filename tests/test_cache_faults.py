@@ -16,10 +16,14 @@ from types import SimpleNamespace
 import pytest
 from conftest import run_python
 
+from artifacts import atomic
+from artifacts.facts import why_not_here
 from checker.skeleton import ROOT
-from model import caches, portable
+from model import caches
+from model import graph_source as portable
 
-SHIPPED_HERE = not portable.unusable_here(portable.shipped_facts("demo") or {"max": "", "level": "x86-64-v3"})
+SHIPPED_HERE = not (portable.opted_out()
+                    or why_not_here(portable.shipped_facts("demo") or {"max": "", "level": "x86-64-v3"}))
 needs_shipped = pytest.mark.skipif(not SHIPPED_HERE, reason="the demo's shipped graph does not run on this machine")
 
 
@@ -55,7 +59,7 @@ def test_a_damaged_saved_graph_is_set_aside_and_made_again(tmp_path, damage):
         assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
         assert "Traceback" not in again.stderr
     assert len(notes(run_demo(env))) == 0
-    assert folder.with_name(folder.name + caches.BROKEN).is_dir()
+    assert folder.with_name(folder.name + atomic.BROKEN).is_dir()
 
 
 @needs_shipped
@@ -76,26 +80,26 @@ def test_a_staging_folder_left_by_a_killed_compile_is_removed(tmp_path):
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
-        while not list(graphs.glob(caches.STAGING + "*")) and child.poll() is None and time.monotonic() < deadline:
+        while not list(graphs.glob(atomic.STAGING + "*")) and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
-    assert list(graphs.glob(caches.STAGING + "*"))  # what the killed process was writing
+    assert list(graphs.glob(atomic.STAGING + "*"))  # what the killed process was writing
     done = run_demo(demo_env(tmp_path / "cache"))
     assert done.returncode == 0, done.stderr
-    assert not list(graphs.glob(caches.STAGING + "*"))
+    assert not list(graphs.glob(atomic.STAGING + "*"))
 
 
 def test_a_staging_folder_is_removed_only_when_its_process_is_gone(tmp_path):
-    host = caches.socket.gethostname()
-    gone = tmp_path / f"{caches.STAGING}{2**22 + 1}@{host}.abc"  # (Linux's pid_max is at most 2**22)
-    alive = tmp_path / f"{caches.STAGING}{os.getpid()}@{host}.def"
-    elsewhere = tmp_path / f"{caches.STAGING}1@another-machine.ghi"
+    host = atomic.socket.gethostname()
+    gone = tmp_path / f"{atomic.STAGING}{2**22 + 1}@{host}.abc"  # (Linux's pid_max is at most 2**22)
+    alive = tmp_path / f"{atomic.STAGING}{os.getpid()}@{host}.def"
+    elsewhere = tmp_path / f"{atomic.STAGING}1@another-machine.ghi"
     for folder in (gone, alive, elsewhere):
         folder.mkdir()
-    staged = caches.staging(tmp_path)
-    assert staged.is_dir() and staged.name.startswith(f"{caches.STAGING}{os.getpid()}@")
+    staged = atomic.staging(tmp_path)
+    assert staged.is_dir() and staged.name.startswith(f"{atomic.STAGING}{os.getpid()}@")
     assert not gone.exists() and alive.exists() and elsewhere.exists()  # another machine's: after a day
 
 
@@ -124,12 +128,12 @@ def test_a_full_disk_means_running_without_saving(tmp_path, monkeypatch, capsys)
     from model import saved_graphs
 
     monkeypatch.setenv("GPT2_MAX_CACHE", str(tmp_path))
-    monkeypatch.setattr(caches, "_said_unsaved", False)
-    monkeypatch.setattr(caches.shutil, "disk_usage", lambda path: SimpleNamespace(free=1 << 20))
+    monkeypatch.setattr(atomic, "_said_unsaved", False)
+    monkeypatch.setattr(atomic.shutil, "disk_usage", lambda path: SimpleNamespace(free=1 << 20))
     store = saved_graphs.store_for("gpt2_full", CPU())
     assert store.session is None and store.staging is None  # compiled in MAX's own session, not saved
     store.keep({})
-    with caches.writing(tmp_path / "graphs" / "note") as staged:
+    with atomic.writing(tmp_path / "graphs" / "note") as staged:
         assert staged is None
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"note: running without saving: {tmp_path / 'graphs'} cannot be written")
@@ -150,6 +154,6 @@ def test_a_damaged_graph_of_a_unit_is_set_aside_for_its_caller_to_compile(tmp_pa
     other = Other(module=None, input_types=[], weights={})
     other.__dict__["name"] = folder.name  # (its name is otherwise what its traced graph computes)
     assert other.saved() is None
-    assert not folder.exists() and folder.with_name(folder.name + caches.BROKEN).is_dir()
+    assert not folder.exists() and folder.with_name(folder.name + atomic.BROKEN).is_dir()
     assert "is damaged" in capsys.readouterr().err
-    assert not list((tmp_path / "graphs").glob(caches.STAGING + "*"))
+    assert not list((tmp_path / "graphs").glob(atomic.STAGING + "*"))

@@ -17,7 +17,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from checker.skeleton import ROOT
-from model import portable
+from model import graph_source as portable
 from model.generate import NotANumberError, generate
 from model.sampling import Sampling, next_token
 from weights.resolve import DEMO

@@ -52,7 +52,7 @@ def test_the_gpus_seen_are_named_with_how_far_each_is_proven():
 
 
 def test_every_gpu_architecture_named_is_one_the_targets_check_compiles():
-    from model import targets
+    from artifacts import targets
 
     compiled = {target.gpu for target in targets.TARGETS.values()}
     assert set(doctor.GPU_SUPPORT) <= compiled

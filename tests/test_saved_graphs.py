@@ -108,13 +108,25 @@ def test_the_name_follows_everything_that_shapes_the_graph(tmp_path, monkeypatch
         saved_graphs.graph_name(replace(cpu, linear="course"), config),
     ]
     assert name not in others and len(set(others)) == len(others)
-    # A change to a source file of the build gives a new name.
+    # A change to a file the build imports, at any depth, gives a new name; to one it does not, none.
     monkeypatch.setattr(saved_graphs, "ROOT", tmp_path)
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "gpt2.py").write_text("a = 1\n")
+    (tmp_path / "model" / "layers").mkdir(parents=True)
+    (tmp_path / "model" / "graph.py").write_text("def build():\n    from model.layers import few_rows\n")
+    (tmp_path / "model" / "layers" / "few_rows.py").write_text("a = 1\n")
+    (tmp_path / "model" / "cli.py").write_text("from model import graph\n")
     before = saved_graphs.graph_name(cpu, config)
-    (tmp_path / "model" / "gpt2.py").write_text("a = 2\n")
+    (tmp_path / "model" / "cli.py").write_text("from model import graph  # the command line, reworded\n")
+    assert saved_graphs.graph_name(cpu, config) == before
+    (tmp_path / "model" / "layers" / "few_rows.py").write_text("a = 2\n")
     assert saved_graphs.graph_name(cpu, config) != before
+
+
+def test_the_files_that_build_a_graph_are_the_build_s_imports():
+    """Read from the code: the build and the layers, kernels and course loader it imports; not the
+    command line, the tools or where a graph comes from."""
+    built = {p.relative_to(saved_graphs.ROOT).as_posix() for p in saved_graphs.build_files()}
+    assert {"model/graph.py", "model/layers/few_rows.py", "model/kv_cache.py", "model/course.py"} <= built
+    assert not built & {"model/cli.py", "model/doctor.py", "model/graph_source.py", "model/generate.py"}
 
 
 def test_the_learner_s_own_steps_name_the_graph(tmp_path, monkeypatch):

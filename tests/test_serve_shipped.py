@@ -1,5 +1,5 @@
-"""The server's compiled graphs shipped with the project (serve/shipped/): still
-what ``python -m serve.shipped make`` would write for this code; handed to
+"""The server's compiled graphs shipped with the project (serve/shipped.py): still
+what ``python -m maintain make`` would ship for this code; handed to
 MAX's engine only where this CPU runs them and its own kernels are the
 same, and then taken only for the graphs built exactly as they were made.
 The serving tests (test_serve.py) start from them on such a CPU."""
@@ -10,27 +10,31 @@ import json
 
 import pytest
 
-from model import portable
+from artifacts import facts as artifact_facts
+from artifacts import files
+from artifacts.mef import MANIFEST
+from maintain import server_graphs
+from model import graph_source as portable
 from model.max_internals import mef_store_fingerprint, mef_store_key
 from serve import shipped
 from serve.model_config import OPTIONS
 
-V3 = frozenset(shipped.TARGET.features)  # a CPU with exactly x86-64-v3's features: its own kernels take avx2
+V3 = shipped.TARGET.features()  # a CPU with exactly x86-64-v3's features: its own kernels take avx2
 
 
 def test_the_shipped_graphs_match_this_code(capsys):
     """A change to the server's model graph, the kernels or MAX makes this fail until they are made again."""
-    from serve.shipped.__main__ import main
-
-    assert main(["check"]) == 0, capsys.readouterr().out
     for model in shipped.MODELS:
+        assert server_graphs.stale(model, shipped.TARGET) == "", model
         facts = shipped.shipped_facts(model)
-        assert facts["model"] == model and facts["target"] == shipped.TARGET.descriptor
-        manifest = json.loads((shipped.folder(model) / shipped.MANIFEST).read_text())
-        assert {entry["key"]: entry["fingerprint"] for entry in manifest["graphs"]} == facts["bodies"]
-        assert sorted(key.split("-")[0] for key in facts["bodies"]) == ["GPT2EngineModule", "top_k_sampler"]
-        assert all((shipped.folder(model) / file).is_file() for file in facts["files"].values())
-    assert "python -m serve.shipped make" in (portable.SHIPPED / "NOTICE").read_text()
+        assert (facts["kind"], facts["name"], facts["target"]) == (shipped.KIND, model, shipped.TARGET.cpu)
+        folder = artifact_facts.folder(shipped.KIND, model, shipped.TARGET.name)
+        manifest = json.loads((folder / MANIFEST).read_text())
+        bodies = facts["made_from"]["bodies"]
+        assert {entry["key"]: entry["fingerprint"] for entry in manifest["graphs"]} == bodies
+        assert sorted(key.split("-")[0] for key in bodies) == ["GPT2EngineModule", "top_k_sampler"]
+        assert all((folder / f["packed"]).is_file() for f in facts["files"])
+    assert "python -m maintain make" in (artifact_facts.SHIPPED / "NOTICE").read_text()
 
 
 def scaled(name: str, factor: float):
@@ -46,7 +50,7 @@ def scaled(name: str, factor: float):
 def test_only_a_graph_of_the_shipped_name_types_and_body_is_taken(tmp_path):
     made = scaled("served", 2.0)
     entry = {"key": mef_store_key(made), "name": made.name, "signature": {}, "fingerprint": mef_store_fingerprint(made)}
-    (tmp_path / shipped.MANIFEST).write_text(json.dumps({"graphs": [entry], "artifacts": []}))
+    (tmp_path / MANIFEST).write_text(json.dumps({"graphs": [entry], "artifacts": []}))
     key = shipped.matching_key([tmp_path])
     assert key(scaled("served", 2.0)) == entry["key"]
     assert key(scaled("served", 3.0)) is None  # the same name and types, another body: compiled
@@ -64,7 +68,7 @@ def test_a_cpu_that_cannot_run_them_compiles_one_with_kernels_of_its_own_uses_th
     assert shipped.unusable(facts, V3 - {"avx2"}) == "this CPU lacks avx2 (x86-64-v3 needs them)"
     assert shipped.unusable(facts, V3 | {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"}) == ""
     assert shipped.unusable({**facts, "max": "0.1"}, V3).startswith("made with MAX 0.1")
-    assert "Mojo kernels" in shipped.unusable({**facts, "kernels": "another"}, V3)
+    assert "Mojo kernels" in shipped.unusable({**facts, "made_from": {**facts["made_from"], "kernels": "x"}}, V3)
     monkeypatch.setenv(portable.USE, "0")
     assert shipped.unusable(facts, V3) == f"{portable.USE}=0"
 
@@ -84,32 +88,32 @@ def test_the_engine_gets_the_graphs_unpacked_once(new_project_cache, monkeypatch
                                       "compiles this CPU's own)")
     store = InferenceSession.default_mef_store
     assert store is not None and not store.exporting
-    folders = sorted((new_project_cache / "graphs").glob("serve-*"))
+    folders = sorted((new_project_cache / "shipped").glob(f"{shipped.KIND}-*"))
     assert len(folders) == len(shipped.MODELS)
     for model, where in zip(sorted(shipped.MODELS), folders, strict=True):
-        facts = shipped.shipped_facts(model)
-        assert {key: (where / key).stat().st_size for key in facts["files"]} == facts["mef_bytes"]
+        assert files.intact(where, shipped.shipped_facts(model)["files"], digests=True)
     written = {mef: mef.stat().st_mtime_ns for where in folders for mef in where.glob("*.mef")}
     shipped.prepare()
-    assert sorted((new_project_cache / "graphs").glob("serve-*")) == folders
+    assert sorted((new_project_cache / "shipped").glob(f"{shipped.KIND}-*")) == folders
     assert {mef: mef.stat().st_mtime_ns for mef in written} == written  # not unpacked again
     damaged = next(iter(written))
-    damaged.write_bytes(damaged.read_bytes()[:1000])  # cut short: unpacked again, whole
+    damaged.write_bytes(damaged.read_bytes()[:1000])  # cut short: set aside, unpacked again, whole
     shipped.prepare()
-    assert {mef: mef.stat().st_size for mef in written} == {mef: size for mef, size in (
-        (mef, shipped.shipped_facts(mef.parent.name.split("-")[1])["mef_bytes"][mef.name]) for mef in written)}
+    for model, where in zip(sorted(shipped.MODELS), folders, strict=True):
+        assert files.intact(where, shipped.shipped_facts(model)["files"], digests=True)
 
 
 def test_only_the_models_whose_own_facts_pass_are_given(new_project_cache, monkeypatch):
     from max.engine import InferenceSession
 
-    monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "stale" if facts["model"] == "gpt2" else "")
+    monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "stale" if facts["name"] == "gpt2" else "")
     monkeypatch.setattr(InferenceSession, "default_mef_store", None)
     monkeypatch.setenv(OPTIONS, json.dumps({"device": "cpu"}))
     shipped.prepare()
-    assert [p.name.split("-")[1] for p in (new_project_cache / "graphs").glob("serve-*")] == ["demo"]
+    [given] = (new_project_cache / "shipped").glob(f"{shipped.KIND}-*")
+    assert given.name.startswith(f"{shipped.KIND}-demo-")
     assert shipped.start_note("cpu").startswith("the graphs shipped for x86-64-v3 serve demo as built")
-    monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "stale" if facts["model"] == "demo" else "")
+    monkeypatch.setattr(shipped, "unusable", lambda facts, cpu_flags=None: "stale" if facts["name"] == "demo" else "")
     assert shipped.start_note("cpu").startswith("the graphs shipped for x86-64-v3 serve gpt2 as built")
 
 

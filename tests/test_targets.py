@@ -1,7 +1,7 @@
 """model/targets.py: the app's graph compiled, never run, for hardware that
 is not here: an NVIDIA GPU (sm_90a), and the x86-64 kernel path this CPU
 does not run (AVX2, or AVX-512 + VNNI), each through MAX's virtual targets
-in a process of its own: `python -m model.targets --ci`."""
+in a process of its own: `python -m maintain.targets --ci`."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import subprocess
 import pytest
 from conftest import run_python, warn_unrecorded
 
-from model import targets
+from maintain import targets
 from model.device import DTYPES
 
 
 def compile_plan(tmp_path, *args) -> tuple[subprocess.CompletedProcess, list[dict]]:
     out = tmp_path / "targets.json"
-    done = run_python("-m", "model.targets", *args, "--json", str(out), timeout=3600)
+    done = run_python("-m", "maintain.targets", *args, "--json", str(out), timeout=3600)
     return done, json.loads(out.read_text()) if out.is_file() else []
 
 
@@ -33,7 +33,7 @@ def test_the_ci_targets_compile(tmp_path):
     assert plan["sm_90a"] == ("float32", "bfloat16") and ({"x86-64-v3", "x86-64-v4-vnni"} & set(plan))
     assert all(r["compiled"] for r in rows)
     assert f"{len(rows)} of {len(rows)} compiled" in done.stdout
-    warn_unrecorded(rows, "model.targets")
+    warn_unrecorded(rows, "maintain.targets")
 
 
 class Traced:
@@ -59,7 +59,7 @@ def test_a_recorded_graph_is_not_compiled_again_and_any_change_compiles(tmp_path
             raise RuntimeError("error: no kernel for this target")
         return ""
 
-    check = targets.Check("model.targets", "a graph", ("float32",), ("float32",), build,
+    check = targets.Check("maintain.targets", "a graph", ("float32",), ("float32",), build,
                           lambda folder, target, dtype: Traced(body["now"]), targets.ci_plan)
 
     def row(name="sm_90a", again=False):
@@ -76,7 +76,7 @@ def test_a_recorded_graph_is_not_compiled_again_and_any_change_compiles(tmp_path
     body["now"] = "graph 2"
     assert not row().get("recorded") and len(built) == 4
     body["now"] = "graph 1"
-    monkeypatch.setattr("model.portable.kernels_digest", lambda: "other kernels")
+    monkeypatch.setattr("model.graph_source.kernels_digest", lambda: "other kernels")
     assert not row().get("recorded") and len(built) == 5
     monkeypatch.undo()
     monkeypatch.setattr(targets, "RECORD", tmp_path / "compiled.json")
@@ -95,15 +95,16 @@ def test_a_recorded_graph_is_not_compiled_again_and_any_change_compiles(tmp_path
 
 
 def test_the_record_names_what_each_graph_was_compiled_with():
-    """model/compiled_targets.json: written by --record alone; every entry a target this check knows,
+    """maintain/compiled_targets.json: written by --record alone; every entry a target this check knows,
     with the digests and version a later run compares; what CI compiles on any machine, for the app and
     the server, in it; every file pattern of the code that makes the weights still names a file."""
-    from serve.targets import SERVED
+    from maintain.server_targets import SERVED
 
     record = json.loads(targets.RECORD.read_text())
     for key, entry in record.items():
         program, name, dtype, model = key.split(" ")
-        assert program in ("model.targets", "serve.targets") and name in targets.TARGETS and dtype in DTYPES, key
+        assert program in ("maintain.targets", "maintain.server_targets"), key
+        assert name in targets.TARGETS and dtype in DTYPES, key
         assert entry["arch"] == (targets.TARGETS[name].gpu or targets.TARGETS[name].cpu), key
         assert {"graph", "kernels", "weights", "max", "compiled", "seconds"} <= set(entry), key
     for check in (targets.APP, SERVED):
@@ -134,7 +135,7 @@ def test_a_target_past_its_time_fails_its_rows_and_says_so(tmp_path):
 
 
 def test_every_target_is_described_in_the_help():
-    help_text = run_python("-m", "model.targets", "--help", timeout=120).stdout
+    help_text = run_python("-m", "maintain.targets", "--help", timeout=120).stdout
     assert all(name in help_text and t.means in help_text for name, t in targets.TARGETS.items())
 
 

@@ -12,7 +12,7 @@ from checkpoints import STEP_07_EDITS, learner_tree
 
 from checker.skeleton import ROOT
 from model.course import Whose, last_check, record_check, reference_steps, spans, steps_needed, whose
-from model.gpt2 import compile_estimate
+from model.graph_source import compile_estimate
 from model.options import BuildOptions
 
 
