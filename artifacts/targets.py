@@ -80,6 +80,23 @@ def cpu_features(descriptor: str) -> tuple[str, frozenset[str]]:
     return machine, frozenset(features - {spelled(c) for c in changes if c.startswith("-")})
 
 
+def compile_for(target: Target, compile_only: bool) -> None:
+    """Make this process compile for ``target``, before its first device (the settings are MAX's,
+    process-wide): MAX's virtual CPU target, and with ``compile_only`` MAX's virtual-device mode
+    too, in which a compile returns a model that is never initialised here (a GPU's code, or a
+    CPU's this machine may not run). Without it the process runs what it compiles (the server's
+    engine making its graphs) or only exports it (MAX's eager kernels, whose sweeps would take in
+    a GPU in sight)."""
+    from max import driver
+
+    if compile_only:
+        driver.set_virtual_device_api("cuda")
+        driver.set_virtual_device_target_arch(target.gpu or "sm_90a")
+        driver.set_virtual_device_count(1)
+    if target.cpu:
+        driver.set_virtual_cpu_target(target.cpu)
+
+
 def host_machine() -> str:
     """This machine's architecture as the targets name theirs."""
     machine = platform.machine().lower()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from artifacts.facts import ROOT, max_version
 from artifacts.mef import MANIFEST
-from artifacts.targets import SHIPPED, Target
+from artifacts.targets import SHIPPED, Target, compile_for
 from checker.eager_kernels import KIND, NAME, shipped_facts, unusable_here
 from maintain import making
 
@@ -34,9 +34,7 @@ COMPILED_NOTE = "note: this run compiled"  # what the checker prints when a chec
 def compile_families(target: Target, names: list[str], folder: Path) -> int:
     """A worker of ``make``: compile these families' sweeps for ``target`` into ``folder``, one MEF
     each; one JSON line per family on stdout."""
-    from max import driver
-
-    driver.set_virtual_cpu_target(target.cpu)  # before the process's first device
+    compile_for(target, compile_only=False)  # before the process's first device
     from max import engine
     from max.driver import CPU
 

@@ -56,7 +56,7 @@ from pathlib import Path
 
 from artifacts import atomic
 from artifacts.files import files_digest
-from artifacts.targets import TARGETS, Target
+from artifacts.targets import TARGETS, Target, compile_for
 from model.device import DTYPES, QUANTIZED_DTYPES
 from model.max_internals import build_kv_cache_ops
 
@@ -132,18 +132,12 @@ def enter_virtual_mode(target: Target) -> None:
     """Make this process compile for ``target`` (before any device exists).
     Virtual-device mode, for a CPU target too: MAX then returns a compile-only
     model rather than initialising one (which would run the target's code here)."""
-    from max import driver
-
     from model.max_internals import WARM_STORE
 
-    # A shipped warm store (checker/eager_kernels) holds the CPU's eager kernels only; with a
+    # A shipped warm store (checker/eager_kernels.py) holds the CPU's eager kernels only; with a
     # (virtual) GPU in sight MAX would ask it for that GPU's too and fail: compile them instead.
     os.environ.pop(WARM_STORE, None)
-    driver.set_virtual_device_api("cuda")
-    driver.set_virtual_device_target_arch(target.gpu or "sm_90a")
-    driver.set_virtual_device_count(1)
-    if target.cpu:
-        driver.set_virtual_cpu_target(target.cpu)
+    compile_for(target, compile_only=True)
 
 
 def build_options(target: Target, dtype: str):

@@ -29,7 +29,7 @@ from pathlib import Path
 from artifacts import facts as artifact_facts
 from artifacts import files
 from artifacts.mef import entries
-from artifacts.targets import SHIPPED
+from artifacts.targets import SHIPPED, compile_for
 from model import caches, cpu
 from model.graph_source import USE, kernels_digest, opted_out
 
@@ -63,9 +63,7 @@ def prepare() -> str:
     from max.engine import InferenceSession, MefStore
 
     if export := os.environ.get(EXPORT):
-        from max import driver
-
-        driver.set_virtual_cpu_target(TARGET.cpu)  # before any kernel is compiled in this process
+        compile_for(TARGET, compile_only=False)  # before any kernel is compiled; the engine runs what it compiles
         InferenceSession.default_mef_store = MefStore.for_export(export)
         return f"compiling for {TARGET.name}; every graph compiled is written to {export}"
     from serve.model_config import served_options
