@@ -7,6 +7,6 @@
 Nothing a user imports imports this package: the app, the server and the
 checker use the artifacts through artifacts/ and their own few lines
 (model/graph_source.py, serve/shipped.py, checker/eager_kernels.py). Each kind
-is a module here saying how it is made and when it is stale (``KINDS`` in
-__main__.py); everything else (the facts, the files, the notice) is shared.
+is a module here saying how it is made and when it is stale (maintain/kinds.py);
+everything else (the facts, the files, the notice) is shared (maintain/making.py).
 """

@@ -6,7 +6,7 @@
     python -m maintain check                                 # exit 1 when one is stale or missing
     python -m maintain check --first-checks                  # and each step's first check on empty caches
 
-A kind is a module of this package (``KINDS``): its ``NAMES``, its
+A kind is a module of this package (maintain/kinds.py): its ``NAMES``, its
 ``LEVELS``, ``make(name, target)`` and ``stale(name, target)``. The facts every
 kind writes, its files and the licence's notice are shared (maintain/making.py,
 artifacts/).
@@ -19,9 +19,8 @@ import sys
 
 from artifacts.facts import SHIPPED
 from artifacts.targets import TARGETS
-from maintain import app_graphs, eager_kernels, server_graphs
-
-KINDS = {"app-graph": app_graphs, "server-graphs": server_graphs, "eager-kernels": eager_kernels}
+from maintain import eager_kernels
+from maintain.kinds import KINDS
 
 
 def chosen(args) -> list[tuple[str, str, str]]:
