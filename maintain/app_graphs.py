@@ -19,6 +19,7 @@ from artifacts.facts import ROOT, max_version
 from artifacts.mef import MANIFEST, the_mef
 from artifacts.targets import SHIPPED, Target
 from maintain import making
+from maintain.targets import checkpoint
 from model import caches, cpu, saved_graphs
 from model.graph_source import KIND, MODELS, config_facts, graph_digest, kernels_digest, shipped_facts
 
@@ -34,16 +35,6 @@ def shipped_config(model: str):
     if model == "demo":
         return open_checkpoint(model).config_as(config_class("solutions"))
     return config_class("solutions").from_name(model)
-
-
-def checkpoint(model: str) -> Path:
-    """What ``model``'s graph is compiled from: the demo's own checkpoint, or a random one of GPT-2
-    124M's shape (the graph holds no weights), written once into the cache folder."""
-    if model == "demo":
-        from weights import resolve_model
-
-        return Path(resolve_model(model))
-    return caches.random_checkpoint(model)
 
 
 def traced_digest(options, config) -> str:

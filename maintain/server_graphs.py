@@ -24,7 +24,7 @@ from artifacts.facts import ROOT, max_version, why_not_here
 from artifacts.mef import MANIFEST, entries
 from artifacts.targets import Target
 from maintain import making
-from maintain.app_graphs import checkpoint
+from maintain.targets import checkpoint
 from model import cpu
 from model.graph_source import kernels_digest
 from serve.shipped import EXPORT, KIND, MODELS, TARGET, shipped_facts
