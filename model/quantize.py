@@ -22,9 +22,10 @@ weights share one float16 scale ``d = max|w| / 127``; a weight is
 ``code * d`` with an int8 code. ggml stores d then the 32 codes in one
 block; here the codes (int8) and the scales (float16) are two arrays (the
 same numbers; aligned vector loads in the kernel), each tile of 8 output
-rows stored as one stream (``interleave_q8_0``: per step of 64 weights, the
-8 rows' codes back to back, so the kernel reads one stream per tile instead
-of 8 rows K bytes apart). The kernel also rounds the activations to Q8_0 (8 bits per block of 32), as
+rows stored as one stream (``interleave_q8_0``: per block, per step of 4
+weights, the 8 rows' codes back to back, so the kernel reads one stream per
+tile instead of 8 rows K bytes apart and one dot product instruction
+advances the 8 rows). The kernel also rounds the activations to Q8_0 (8 bits per block of 32), as
 llama.cpp's q8_0 does, and takes input widths that are a multiple of 64.
 
 Q4_0 (ggml's ``block_q4_0``, 4.5 bits a weight): every 32 consecutive
@@ -187,18 +188,19 @@ def dequantize_q8_0(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
 def interleave_q8_0(codes: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Q8_0 codes [N, K] and scales [N, K / 32] -> the layout model/kernels'
     op reads: rows padded with zeros to whole tiles of Q8_0_TILE; codes
-    [tiles, K * 8] (per tile and step of 64 weights, the 8 rows' 64 codes
-    back to back), scales [tiles, K / 4] (per step, the 8 rows' 2 scales) as
-    their float16 bits, uint16: MAX 26.7 refuses a float16 tensor in a graph
-    compiled for an Arm CPU ("The f16 data type is not supported on device
-    'cpu:0'"), so the op takes the bits and reads them as float16 itself."""
+    [tiles, K * 8] (per tile, block of 32 and step of 4 weights, the 8 rows'
+    4 codes back to back), scales [tiles, K / 4] (per block, the 8 rows')
+    as their float16 bits, uint16: MAX 26.7 refuses a float16 tensor in a
+    graph compiled for an Arm CPU ("The f16 data type is not supported on
+    device 'cpu:0'"), so the op takes the bits and reads them as float16 itself."""
     n, k = codes.shape
     tiles = -(-n // Q8_0_TILE)
-    steps = k // Q8_0_WIDTH_MULTIPLE
+    blocks = k // BLOCK
     codes = np.pad(codes, ((0, tiles * Q8_0_TILE - n), (0, 0)))
     scales = np.pad(scales, ((0, tiles * Q8_0_TILE - n), (0, 0)))
-    return (np.ascontiguousarray(codes.reshape(tiles, Q8_0_TILE, steps, -1).transpose(0, 2, 1, 3)).reshape(tiles, -1),
-            np.ascontiguousarray(scales.reshape(tiles, Q8_0_TILE, steps, -1).transpose(0, 2, 1, 3))
+    steps = codes.reshape(tiles, Q8_0_TILE, blocks, BLOCK // 4, 4).transpose(0, 2, 3, 1, 4)  # tile, block, step, row, code
+    return (np.ascontiguousarray(steps).reshape(tiles, -1),
+            np.ascontiguousarray(scales.reshape(tiles, Q8_0_TILE, blocks).transpose(0, 2, 1))
             .reshape(tiles, -1).astype(np.float16).view(np.uint16))
 
 

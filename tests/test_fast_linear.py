@@ -60,9 +60,9 @@ def test_q8_0_is_ggml_s_rounding():
 
 
 def test_the_interleaved_q8_0_layout_keeps_every_code_and_scale_where_the_kernel_reads_it():
-    # model/kernels/matmul.mojo's tile_q8_0 reads tile t, step p, row i's 64
-    # codes at (t * steps + p) * 8 * 64 + i * 64 and its two scales at
-    # (t * steps + p) * 16 + 2 * i.
+    # model/kernels/matmul.mojo's tile_q8_0 reads tile t, block b, step s,
+    # row i's 4 codes at ((t * blocks + b) * 8 + s) * 32 + 4 * i and its
+    # scale at (t * blocks + b) * 8 + i.
     from model.quantize import Q8_0_TILE
 
     n, k = 13, 128  # a last tile of 5 rows: padded with zero rows
@@ -72,16 +72,16 @@ def test_the_interleaved_q8_0_layout_keeps_every_code_and_scale_where_the_kernel
     assert Q8_0_TILE == 8
     assert packed_codes.shape == (2, 8 * k) and packed_scales.shape == (2, 8 * k // 32)
     assert packed_scales.dtype == np.uint16  # float16 bits: no float16 tensor in the graph (Arm CPUs refuse one)
-    flat_codes, flat_scales, steps = packed_codes.reshape(-1), packed_scales.view(np.float16).reshape(-1), k // 64
+    flat_codes, flat_scales, blocks = packed_codes.reshape(-1), packed_scales.view(np.float16).reshape(-1), k // 32
     for row in range(2 * 8):
         t, i = divmod(row, 8)
-        for p in range(steps):
-            at = (t * steps + p) * 8 * 64 + i * 64
-            want = codes[row, p * 64:(p + 1) * 64] if row < n else np.zeros(64, np.int8)
-            np.testing.assert_array_equal(flat_codes[at:at + 64], want)
-            at = (t * steps + p) * 2 * 8 + 2 * i
-            want = scales[row, 2 * p:2 * p + 2] if row < n else np.zeros(2, np.float16)
-            np.testing.assert_array_equal(flat_scales[at:at + 2], want)
+        for b in range(blocks):
+            for s in range(8):
+                at = ((t * blocks + b) * 8 + s) * 32 + 4 * i
+                want = codes[row, b * 32 + 4 * s:b * 32 + 4 * s + 4] if row < n else np.zeros(4, np.int8)
+                np.testing.assert_array_equal(flat_codes[at:at + 4], want)
+            want = scales[row, b] if row < n else 0
+            assert flat_scales[(t * blocks + b) * 8 + i] == want
 
 
 def max_pack_b(blocks: np.ndarray, n_groups: int) -> np.ndarray:

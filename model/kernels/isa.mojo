@@ -106,18 +106,29 @@ def dot4_64[isa: Int](acc: SIMD[DType.int32, 16], u: SIMD[DType.uint8, 64], s: S
 
 
 @always_inline
-def signed_dot4_64[isa: Int](acc: SIMD[DType.int32, 16], w: SIMD[DType.int8, 64], x: SIMD[DType.int8, 64]) -> SIMD[DType.int32, 16]:
-    """The sums of 4 neighbouring products w * x added to acc, both signed
-    codes in -127..127 (Q8_0's). AVX2: |w| times x with w's sign, as
-    llama.cpp does, so no pair leaves int16. The VNNI paths do not use
-    this: their Q8_0 tiles make w unsigned (+128) and take 128 * sum(x)
-    back out once per block (matmul.mojo's prepare_inputs)."""
-    comptime if isa == AVX2:
-        var lo = _avx2_signed_dot4(acc.slice[8, offset=0](), w.slice[32, offset=0](), x.slice[32, offset=0]())
-        var hi = _avx2_signed_dot4(acc.slice[8, offset=8](), w.slice[32, offset=32](), x.slice[32, offset=32]())
-        return lo.join(hi)
+def signed_dot4[isa: Int, L: Int](acc: SIMD[DType.int32, L], w: SIMD[DType.int8, 4 * L], x: SIMD[DType.int8, 4 * L]) -> SIMD[DType.int32, L]:
+    """The sums of 4 neighbouring products w * x added to acc (L lanes of 8
+    or 16), both signed codes in -127..127 (Q8_0's). The VNNI paths make w
+    unsigned (+128) for vpdpbusd, so each lane is 128 * (its 4 x codes
+    summed) too much: the caller takes that back out once per block. AVX2
+    multiplies |w| by x with w's sign (vpsignb), as llama.cpp does, so no
+    pair leaves int16; the portable path widens to int32."""
+    comptime assert L == 8 or L == 16, "one 32- or 64-byte vector"
+    comptime if L == 16 and isa != AVX512_VNNI:  # two 32-byte halves
+        var lo = signed_dot4[isa, 8](acc.slice[8, offset=0](), w.slice[32, offset=0](), x.slice[32, offset=0]())
+        var hi = signed_dot4[isa, 8](acc.slice[8, offset=8](), w.slice[32, offset=32](), x.slice[32, offset=32]())
+        return rebind[SIMD[DType.int32, L]](lo.join(hi))
+    elif has_vnni(isa):
+        var u = bitcast[DType.int8, 4 * L](bitcast[DType.uint8, 4 * L](w) ^ 128)
+        comptime if L == 16:
+            return rebind[SIMD[DType.int32, L]](llvm_intrinsic["llvm.x86.avx512.vpdpbusd.512", SIMD[DType.int32, 16]](
+                rebind[SIMD[DType.int32, 16]](acc), rebind[SIMD[DType.int8, 64]](u), rebind[SIMD[DType.int8, 64]](x)))
+        else:
+            return rebind[SIMD[DType.int32, L]](llvm_intrinsic["llvm.x86.avx512.vpdpbusd.256", SIMD[DType.int32, 8]](
+                rebind[SIMD[DType.int32, 8]](acc), rebind[SIMD[DType.int8, 32]](u), rebind[SIMD[DType.int8, 32]](x)))
+    elif isa == AVX2:
+        return rebind[SIMD[DType.int32, L]](_avx2_signed_dot4(
+            rebind[SIMD[DType.int32, 8]](acc), rebind[SIMD[DType.int8, 32]](w), rebind[SIMD[DType.int8, 32]](x)))
     else:
         var p = w.cast[DType.int32]() * x.cast[DType.int32]()
-        var lo = _widened_dot4(acc.slice[8, offset=0](), p.slice[32, offset=0]())
-        var hi = _widened_dot4(acc.slice[8, offset=8](), p.slice[32, offset=32]())
-        return lo.join(hi)
+        return rebind[SIMD[DType.int32, L]](_widened_dot4(rebind[SIMD[DType.int32, 8]](acc), rebind[SIMD[DType.int32, 32]](p)))

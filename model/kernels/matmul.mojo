@@ -29,11 +29,15 @@
 # one float16 scale d, a weight is d * code. llama.cpp stores each block as
 # d then 32 codes; here codes and scales are two arrays (same numbers,
 # aligned vector loads), and each tile of ROWS = 8 weight rows is one
-# contiguous stream: per step of 64 weights (two blocks), row 0's 64 codes,
-# row 1's, ... row 7's, and in the scales array the 8 rows' 2 scales (one
-# 32-byte load). The last tile is padded with zero rows. Why: reading 8
-# rows of [N, K] at once is 8 streams K bytes apart, one stream per tile
-# reads much faster (model/quantize.py's interleave_q8_0 makes the layout).
+# contiguous stream, block by block: per block of 32 weights, 8 steps of 4
+# weights, each step the 8 rows' 4 codes (32 bytes: row i's at 4i), and in
+# the scales array the 8 rows' scales (one 16-byte load). The last tile is
+# padded with zero rows. Why: one stream per tile reads much faster than 8
+# rows K bytes apart, and with each row's 4 codes in its own int32 lane, one
+# 8-bit dot product instruction against the input's 4 codes broadcast to
+# every lane advances all 8 rows at once, so a block ends with the 8 rows'
+# sums in one vector: one conversion and one multiply-add per block for the
+# 8 rows (model/quantize.py's interleave_q8_0 makes the layout).
 # The scales arrive as uint16, their float16 bits: MAX 26.7 refuses a float16
 # tensor in a graph compiled for an Arm CPU, not float16 inside a kernel.
 # The measurements behind this file's choices: docs/decisions/0003 and
@@ -53,7 +57,7 @@ from std.memory import alloc, bitcast, stack_allocation
 from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
 
-from .isa import AVX2, dot4_64, has_vnni, registers, resolved, signed_dot4_64, vector_bytes
+from .isa import AVX2, AVX512_VNNI, has_vnni, registers, resolved, signed_dot4, vector_bytes
 
 comptime F32 = DType.float32
 comptime Q = 32  # weights per Q8_0 block
@@ -183,26 +187,19 @@ def flush_in_parallel(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePoi
     parallelize(band, TASKS)
 
 
-# Steps ahead that a Q8_0 tile prefetches its own stream (0: none): a tile
+# Blocks ahead that a Q8_0 tile prefetches its own stream (0: none): a tile
 # is one contiguous stream and the hardware prefetcher alone kept too few of
-# its lines in flight (4 and 16 steps read the same as 8). A prefetch past
-# the array's end (the last tiles) is harmless: a prefetch never faults.
-comptime QPF = 8
-comptime P = 2 * Q  # weights per step of the Q8_0 kernel: two blocks, one 512-bit register of bytes
+# its lines in flight. A prefetch past the array's end (the last tiles) is
+# harmless: a prefetch never faults.
+comptime QPF = 4
+comptime TILE_BLOCK = ROWS * Q  # bytes of codes per block of a tile
 
 
-def q8_0_tile_rows(isa: Int, inputs: Int) -> Int:
-    """Weight rows per Q8_0 tile call (R) for 1 or 4 / 2 input rows (MB).
-    AVX-512 (32 registers of 16 lanes): 8 x 1 and 4 x 4, the accumulators in
-    registers. AVX2 (16 registers of 8 lanes, one accumulator takes two):
-    8 x 1 all the same, the tile's 8 rows in one pass (4 rows a pass, two
-    passes over each tile, kept the accumulators in registers and read
-    slower), and 2 x 2. The portable path: 4 x 1 and 2 x 2."""
-    if registers(isa) >= 32:
-        return 8 if inputs == 1 else 4
-    if inputs == 1:
-        return 8 if isa == AVX2 else 4
-    return 2
+def q8_0_code_bytes(isa: Int) -> Int:
+    """Bytes of codes per vector in the Q8_0 tile: 64 (two steps of the
+    8 rows) on AVX512_VNNI, else 32 (one step; the portable path's SIMD of
+    32 is split into the target's vectors)."""
+    return 64 if isa == AVX512_VNNI else 32
 
 
 def q8_0_dequantize_above(isa: Int) -> Int:
@@ -230,58 +227,79 @@ comptime DEQUANT_BAND = 1024
 
 
 def q8_0_tile_inputs(isa: Int) -> Int:
-    """Input rows per Q8_0 tile call when there are several (see q8_0_tile_rows)."""
+    """Input rows per Q8_0 tile call when there are several: each code
+    vector loaded is used for every one of them, an int32 and a float32
+    accumulator per input row in registers (AVX-512's 32 hold 4, AVX2's 16
+    hold 2 beside the vpsignb form's temporaries)."""
     return 4 if registers(isa) >= 32 else 2
 
 
 @always_inline
-def tile_q8_0[isa: Int, R: Int, MB: Int](
+def step_inputs[SV: Int](xq: UnsafePointer[Int8, _], at: Int) -> SIMD[DType.int8, SV]:
+    """The input's codes at..at+SV/8-1 as a code vector's partner: each
+    step's 4 codes broadcast to its 8 lanes (the 8 rows)."""
+    var x4 = (xq + at).bitcast[Int32]()
+    comptime if SV == 64:
+        return bitcast[DType.int8, SV](SIMD[DType.int32, 8](x4[0]).join(SIMD[DType.int32, 8](x4[1])))
+    else:
+        return bitcast[DType.int8, SV](SIMD[DType.int32, SV // 4](x4[0]))
+
+
+@always_inline
+def tile_q8_0[isa: Int, MB: Int](
     xq: UnsafePointer[Int8, _], xs: UnsafePointer[Float32, _], xc: UnsafePointer[Int32, _],
     qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], y: FusedOutputTensor[dtype=F32, rank=2, ...],
-    K: Int, N: Int, t: Int, i0: Int, m0: Int,
+    K: Int, N: Int, t: Int, m0: Int,
 ):
-    """y[m0:m0+MB, rows t*ROWS+i0 .. +R] from tile t of the interleaved
-    layout (see the top of this file), against Q8_0 inputs (as llama.cpp
-    does): per step of two blocks, 64 codes x 64 inputs are one integer dot
-    product into 16 int32 lanes (8 per block), then scaled by the weight's
-    d times the input's d. On the VNNI paths the weights' int8 codes
-    are made unsigned (+128) for vpdpbusd, and xc, the input's codes summed
-    per block times -16 per lane, takes the +128 back out (prepare_inputs);
-    the other paths multiply signed codes (isa.mojo's signed_dot4)."""
-    var steps = K // P
-    var acc = stack_allocation[R * MB * 16, Float32]()
-    comptime for a in range(R * MB):
-        acc.store(a * 16, SIMD[F32, 16](0))
-    for p in range(steps):
-        var at = t * steps + p  # this tile's step p: ROWS * P codes, 2 * ROWS scales
-        var d = dp.load[width=2 * R](at * 2 * ROWS + 2 * i0).cast[F32]()
+    """y[m0:m0+MB, t*ROWS .. +ROWS] from tile t of the interleaved layout
+    (see the top of this file), against Q8_0 inputs (as llama.cpp does):
+    per block, each code vector (one or two steps of the 8 rows) is an
+    integer dot product with the input's 4 codes of its step broadcast,
+    lane i row i's; the block's int32 sums (one per row) are then scaled by
+    the rows' d times the input's d into float32 accumulators. On the VNNI
+    paths the codes are made unsigned (+128) for vpdpbusd, and xc, -128
+    times the input's codes summed per block, takes that back out."""
+    comptime SV = q8_0_code_bytes(isa)
+    comptime L = SV // 4  # int32 lanes of a code vector
+    var blocks = K // Q
+    var facc = stack_allocation[MB * ROWS, Float32]()
+    var iacc = stack_allocation[MB * L, Int32]()
+    comptime for j in range(MB):
+        facc.store(j * ROWS, SIMD[F32, ROWS](0))
+    for b in range(blocks):
+        var at = t * blocks + b
+        var codes = qp + at * TILE_BLOCK
         comptime if QPF > 0:
-            if i0 == 0:  # once per step for all ROWS rows (a tile of fewer rows is called again for the rest)
-                comptime for i in range(ROWS):
-                    prefetch[PrefetchOptions().for_read().high_locality()](qp + ((at + QPF) * ROWS + i) * P)
-        comptime for i in range(R):
-            var codes = qp.load[width=P]((at * ROWS + i0 + i) * P)
-            var dw = SIMD[F32, 8](d[2 * i]).join(SIMD[F32, 8](d[2 * i + 1]))
+            comptime for line in range(0, TILE_BLOCK, 64):
+                prefetch[PrefetchOptions().for_read().high_locality()](codes + QPF * TILE_BLOCK + line)
+        comptime for j in range(MB):
+            iacc.store(j * L, SIMD[DType.int32, L](0))
+        comptime for v in range(TILE_BLOCK // SV):
+            var w = codes.load[width=SV](v * SV)
             comptime for j in range(MB):
-                var lane = (m0 + j) * steps * 16 + p * 16
-                var x = xq.load[width=P]((m0 + j) * K + p * P)
-                var dots: SIMD[DType.int32, 16]
-                comptime if has_vnni(isa):
-                    dots = dot4_64[isa](xc.load[width=16](lane), bitcast[DType.uint8, P](codes) ^ 128, x)
-                else:
-                    dots = signed_dot4_64[isa](SIMD[DType.int32, 16](0), codes, x)
-                var a = (i * MB + j) * 16
-                acc.store(a, dots.cast[F32]().fma(dw * xs.load[width=16](lane), acc.load[width=16](a)))
-    # Each input row's R sums as one vector through y's fused store, so the
+                var x = step_inputs[SV](xq, (m0 + j) * K + b * Q + v * (SV // ROWS))
+                iacc.store(j * L, signed_dot4[isa, L](iacc.load[width=L](j * L), rebind[SIMD[DType.int8, 4 * L]](w),
+                                                      rebind[SIMD[DType.int8, 4 * L]](x)))
+        var d = dp.load[width=ROWS](at * ROWS).cast[F32]()
+        comptime for j in range(MB):
+            var sums: SIMD[DType.int32, ROWS]
+            comptime if L == 2 * ROWS:
+                var s = iacc.load[width=L](j * L)
+                sums = rebind[SIMD[DType.int32, ROWS]](s.slice[ROWS, offset=0]() + s.slice[ROWS, offset=ROWS]())
+            else:
+                sums = rebind[SIMD[DType.int32, ROWS]](iacc.load[width=L](j * L))
+            var block = (m0 + j) * blocks + b
+            comptime if has_vnni(isa):
+                sums += xc[block]
+            facc.store(j * ROWS, sums.cast[F32]().fma(d * xs[block], facc.load[width=ROWS](j * ROWS)))
+    # Each input row's 8 sums as one vector through y's fused store, so the
     # epilogue MAX fused in runs on vectors (see flush()); the last tile's
     # padding rows are not outputs.
-    var row = t * ROWS + i0
+    var row = t * ROWS
     comptime for j in range(MB):
-        var v = SIMD[F32, R](0)
-        comptime for i in range(R):
-            v[i] = acc.load[width=16]((i * MB + j) * 16).reduce_add()
-        if row + R <= N:
-            y._fused_store[R, 2](IndexList[2](m0 + j, row), v)
+        var v = facc.load[width=ROWS](j * ROWS)
+        if row + ROWS <= N:
+            y._fused_store[ROWS, 2](IndexList[2](m0 + j, row), v)
         else:
             for i in range(max(N - row, 0)):
                 y._fused_store[1, 2](IndexList[2](m0 + j, row + i), SIMD[F32, 1](v[i]))
@@ -299,32 +317,31 @@ def q8_0_block(v: SIMD[F32, Q]) -> Tuple[SIMD[DType.int8, Q], Float32]:
 def prepare_inputs(xp: UnsafePointer[Float32, _], xq: UnsafePointer[mut=True, Int8, _],
                    xs: UnsafePointer[mut=True, Float32, _], xc: UnsafePointer[mut=True, Int32, _], M: Int, K: Int):
     """x [M, K] float32 -> Q8_0 codes (xq [M, K] int8, d = max|x| / 127 per
-    block of 32) and, per step of two blocks, 16 lanes: xs each block's d on
-    its 8 lanes, xc -16 * (the block's codes summed) on its 8 lanes (the
-    correction for the weights' +128: 8 lanes * 16 = 128)."""
+    block of 32) and per block: xs its d, xc -128 times its codes summed
+    (the correction for the weights' +128 on the VNNI paths)."""
     for blk in range(M * K // Q):
         var block = q8_0_block(xp.load[width=Q](blk * Q))
         var codes = block[0]
-        var d = block[1]
         xq.store(blk * Q, codes)
-        var lane = (blk // 2) * 16 + (blk % 2) * 8
-        xs.store(lane, SIMD[F32, 8](d))
-        xc.store(lane, SIMD[DType.int32, 8](-16 * codes.cast[DType.int32]().reduce_add()))
+        xs[blk] = block[1]
+        xc[blk] = Int32(-128) * codes.cast[DType.int32]().reduce_add()
 
 
 def dequantize_tiles(qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], wf: UnsafePointer[mut=True, Float32, _],
                      K: Int, first: Int, end: Int, start: Int):
     """Tiles first..end-1 of the interleaved layout as float32 rows of K
     (code * scale), tile t's row i at wf + (t * ROWS + i - start) * K."""
-    var steps = K // P
+    var blocks = K // Q
     for t in range(first, end):
-        for p in range(steps):
-            var at = t * steps + p
-            var d = dp.load[width=2 * ROWS](at * 2 * ROWS).cast[F32]()
+        for b in range(blocks):
+            var at = t * blocks + b
+            var d = dp.load[width=ROWS](at * ROWS).cast[F32]()
+            var steps = (qp + at * TILE_BLOCK).bitcast[Int32]()  # step s, row i: steps[s * ROWS + i]
             comptime for i in range(ROWS):
-                var codes = qp.load[width=P]((at * ROWS + i) * P).cast[F32]()
-                var dw = SIMD[F32, Q](d[2 * i]).join(SIMD[F32, Q](d[2 * i + 1]))
-                wf.store((t * ROWS + i - start) * K + p * P, codes * dw)
+                var row = SIMD[DType.int32, Q // 4]()
+                comptime for s in range(Q // 4):
+                    row[s] = steps[s * ROWS + i]
+                wf.store((t * ROWS + i - start) * K + b * Q, bitcast[DType.int8, Q](row).cast[F32]() * d[i])
 
 
 def dequantized_matmul(y: FusedOutputTensor[dtype=F32, rank=2, ...], x: InputTensor[dtype=F32, rank=2, ...],
@@ -441,24 +458,20 @@ struct FewRowsMatmulQ8_0:
                 dequantized_matmul(y, x, qp, dp, M, K, N, tiles, ctx)
                 return
         var xq = alloc[Int8](M * K)
-        var xs = alloc[Float32](M * K // P * 16)
-        var xc = alloc[Int32](M * K // P * 16)
+        var xs = alloc[Float32](M * K // Q)
+        var xc = alloc[Int32](M * K // Q)
         prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
-        comptime R1 = q8_0_tile_rows(I1, 1)  # weight rows per call, one input row
         comptime MB = q8_0_tile_inputs(I)  # input rows per call, several
-        comptime RM = q8_0_tile_rows(I, MB)
 
         def work(start: Int, end: Int) {var M, var K, var N, var xq, var xs, var xc, var qp, var dp, var y}:
             for t in range(start, end):
                 var m = 0
                 while m + MB <= M:
-                    comptime for i0 in range(0, ROWS, RM):
-                        tile_q8_0[I, RM, MB](xq, xs, xc, qp, dp, y, K, N, t, i0, m)
+                    tile_q8_0[I, MB](xq, xs, xc, qp, dp, y, K, N, t, m)
                     m += MB
                 while m < M:
-                    comptime for i0 in range(0, ROWS, R1):
-                        tile_q8_0[I1, R1, 1](xq, xs, xc, qp, dp, y, K, N, t, i0, m)
+                    tile_q8_0[I1, 1](xq, xs, xc, qp, dp, y, K, N, t, m)
                     m += 1
 
         deal(work, tiles, TILE_CHUNK)  # tiles dealt a chunk at a time, as in the f32 op
