@@ -68,9 +68,12 @@ def make_here(model: str, target: Target, source: str) -> int:
     config = open_checkpoint(source).config_as(config_class(options.impl))
     if config_facts(config) != config_facts(shipped_config(model)):
         raise SystemExit(f"{source} is not shaped as {model}")
+    kernels = kernels_digest()  # read before the compile: the kernels it compiles are these
     gpt2 = load_gpt2(source, options, with_tokenizer=False)
+    if kernels_digest() != kernels:
+        raise SystemExit("the Mojo kernels changed while the graph compiled: make it again")
     [saved] = [p for p in caches.folder("graphs").iterdir() if p.is_dir() and saved_graphs.is_saved(p.name)]
-    made_from = {"graph": traced_digest(options, config), "kernels": kernels_digest(), "config": config_facts(config),
+    made_from = {"graph": traced_digest(options, config), "kernels": kernels, "config": config_facts(config),
                  "sources": saved_graphs.sources_digest(options.impl),
                  "build": json.loads((saved / saved_graphs.FACTS).read_text())}
     mef = the_mef(saved)

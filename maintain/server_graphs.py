@@ -41,6 +41,7 @@ def make(model: str, target: Target) -> int:
     if why := why_not_here({"max": max_version(), "level": target.name}):
         raise SystemExit(f"the server's graphs are made where {target.name}'s code runs: not here ({why})")
     source = checkpoint(model)
+    kernels = kernels_digest()  # read before the engine compiles: the kernels it compiles are these
     with tempfile.TemporaryDirectory(prefix="gpt2-server-graphs-") as empty:
         export = Path(empty) / "export"
         env = making.empty_caches_env(Path(empty), **{EXPORT: str(export)},
@@ -58,8 +59,10 @@ def make(model: str, target: Target) -> int:
             raise
         finally:
             stop(process)
+        if kernels_digest() != kernels:
+            raise SystemExit("the Mojo kernels changed while the engine compiled: make them again")
         graphs = entries(export)
-        made_from = {"kernels": kernels_digest(), "bodies": {g["key"]: g["fingerprint"] for g in graphs}}
+        made_from = {"kernels": kernels, "bodies": {g["key"]: g["fingerprint"] for g in graphs}}
         made = [export / g["key"] for g in graphs]
         kept = making.ship(KIND, model, target, made_from, [*made, export / MANIFEST], making.pack_each,
                            f"python -m maintain make --kind {KIND} --name {model} --target {target.name}")
