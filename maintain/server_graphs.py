@@ -66,7 +66,8 @@ def make(model: str, target: Target) -> int:
         made = [export / g["key"] for g in graphs]
         kept = making.ship(KIND, model, target, made_from, [*made, export / MANIFEST], making.pack_each,
                            f"python -m maintain make --kind {KIND} --name {model} --target {target.name}")
-    print(f"{KIND} {model} {target.name}: {len(made)} graphs, {sum(p.stat().st_size for p in made) / 1e6:.2f} MB "
+        compiled = sum(p.stat().st_size for p in made)  # (before the folder goes)
+    print(f"{KIND} {model} {target.name}: {len(made)} graphs, {compiled / 1e6:.2f} MB "
           f"compiled; the server was ready in {seconds:.0f} s and answered {text!r}"
           + ("; the same graphs as the ones shipped, which are kept" if kept else ""))
     return 0
