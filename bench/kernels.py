@@ -258,7 +258,9 @@ def compare_paths(session, libraries, weights: dict, exact: dict, dense, biases,
                                                   path=path, epilogue=args.epilogue))
                 got = [t.to_numpy() for t in models[path].execute(*inputs)]
                 diff = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(got, want))
-                if diff > (1e-4 if kind == "f32" else 3e-2):
+                # A quantized kind rounds its input to 8 bits at every matmul:
+                # chained, 49 roundings compound (~5e-2 on random weights).
+                if diff > (1e-4 if kind == "f32" else 0.1 if args.chain else 3e-2):
                     raise SystemExit(f"{kind} on the {path} path differs from numpy by {diff:.1e}")
             times: dict[str, list[float]] = {path: [] for path in args.paths}
             for _ in range(rounds):
