@@ -198,7 +198,8 @@ def interleave_q8_0(codes: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, 
     blocks = k // BLOCK
     codes = np.pad(codes, ((0, tiles * Q8_0_TILE - n), (0, 0)))
     scales = np.pad(scales, ((0, tiles * Q8_0_TILE - n), (0, 0)))
-    steps = codes.reshape(tiles, Q8_0_TILE, blocks, BLOCK // 4, 4).transpose(0, 2, 3, 1, 4)  # tile, block, step, row, code
+    # tile, block, step, row, code
+    steps = codes.reshape(tiles, Q8_0_TILE, blocks, BLOCK // 4, 4).transpose(0, 2, 3, 1, 4)
     return (np.ascontiguousarray(steps).reshape(tiles, -1),
             np.ascontiguousarray(scales.reshape(tiles, Q8_0_TILE, blocks).transpose(0, 2, 1))
             .reshape(tiles, -1).astype(np.float16).view(np.uint16))
