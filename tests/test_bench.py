@@ -641,7 +641,7 @@ def test_a_mojo_program_is_built_once_per_source(tmp_path, monkeypatch):
     assert mojo_program.built(source).stat().st_mtime_ns == binary.stat().st_mtime_ns  # reused, not rebuilt
     source.write_text('def main():\n    print("hello 2")\n')
     assert mojo_program.built(source) != binary and mojo_program.run(source) == "hello 2\n"
-    from model.caches import STAGING
+    from artifacts.atomic import STAGING
 
     assert not list(binary.parent.glob(STAGING + "*"))  # no staging folder left
     # The two programs, each with its digest beside it.

@@ -95,7 +95,7 @@ CHECKS = [Check("double(3.0) is 6.0", check_double, "return 2 * x")]
 
 def _copy_of_the_course(dest: Path) -> Path:
     """The parts of the tree the checker and the book read, copied (the real tree is not touched)."""
-    for name in ("checker", "solutions", "steps", "docs", "weights/demo", "model"):
+    for name in ("checker", "solutions", "steps", "docs", "weights/demo", "model", "artifacts"):
         shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors",
                                                                                 "*.bin", "*.npz"))
     for name in ("tasks.py", "README.md", "mkdocs.yml", "LICENSE", "pixi.toml"):
