@@ -114,18 +114,18 @@ def signed_dot4[isa: Int, L: Int](acc: SIMD[DType.int32, L], w: SIMD[DType.int8,
     multiplies |w| by x with w's sign (vpsignb), as llama.cpp does, so no
     pair leaves int16; the portable path widens to int32."""
     comptime assert L == 8 or L == 16, "one 32- or 64-byte vector"
-    comptime if L == 16 and isa != AVX512_VNNI:  # two 32-byte halves
+    comptime if has_vnni(isa):
+        var u = bitcast[DType.uint8, 4 * L](w) ^ 128
+        comptime if L == 16:  # dot4_64 splits it in two for the 256-bit path
+            return rebind[SIMD[DType.int32, L]](dot4_64[isa](
+                rebind[SIMD[DType.int32, 16]](acc), rebind[SIMD[DType.uint8, 64]](u), rebind[SIMD[DType.int8, 64]](x)))
+        else:
+            return rebind[SIMD[DType.int32, L]](dot4_32[isa](
+                rebind[SIMD[DType.int32, 8]](acc), rebind[SIMD[DType.uint8, 32]](u), rebind[SIMD[DType.int8, 32]](x)))
+    elif L == 16:  # two 32-byte halves
         var lo = signed_dot4[isa, 8](acc.slice[8, offset=0](), w.slice[32, offset=0](), x.slice[32, offset=0]())
         var hi = signed_dot4[isa, 8](acc.slice[8, offset=8](), w.slice[32, offset=32](), x.slice[32, offset=32]())
         return rebind[SIMD[DType.int32, L]](lo.join(hi))
-    elif has_vnni(isa):
-        var u = bitcast[DType.int8, 4 * L](bitcast[DType.uint8, 4 * L](w) ^ 128)
-        comptime if L == 16:
-            return rebind[SIMD[DType.int32, L]](llvm_intrinsic["llvm.x86.avx512.vpdpbusd.512", SIMD[DType.int32, 16]](
-                rebind[SIMD[DType.int32, 16]](acc), rebind[SIMD[DType.int8, 64]](u), rebind[SIMD[DType.int8, 64]](x)))
-        else:
-            return rebind[SIMD[DType.int32, L]](llvm_intrinsic["llvm.x86.avx512.vpdpbusd.256", SIMD[DType.int32, 8]](
-                rebind[SIMD[DType.int32, 8]](acc), rebind[SIMD[DType.int8, 32]](u), rebind[SIMD[DType.int8, 32]](x)))
     elif isa == AVX2:
         return rebind[SIMD[DType.int32, L]](_avx2_signed_dot4(
             rebind[SIMD[DType.int32, 8]](acc), rebind[SIMD[DType.int8, 32]](w), rebind[SIMD[DType.int8, 32]](x)))
