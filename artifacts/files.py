@@ -32,10 +32,11 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def files_digest(paths: list[Path], root: Path) -> str:
-    """A digest of files' names (from ``root``; a file outside it as its folder's name and its own)
-    and bytes, in the order given."""
-    digest = hashlib.sha256()
+def files_digest(paths: list[Path], root: Path, seed: str = "") -> str:
+    """A digest of ``seed`` (what else the files are used with: a compiler's version), then of
+    files' names (from ``root``; a file outside it as its folder's name and its own) and bytes, in
+    the order given."""
+    digest = hashlib.sha256(seed.encode())
     for path in paths:
         where = path.relative_to(root) if path.is_relative_to(root) else Path(path.parent.name, path.name)
         digest.update(where.as_posix().encode() + b"\0" + path.read_bytes())

@@ -46,6 +46,7 @@ import numpy as np
 import platformdirs
 
 from artifacts.atomic import UNWRITABLE, publish, set_aside, staging, without_saving, writing
+from artifacts.files import sha256
 
 SAVED_GRAPHS = "GPT2_MAX_SAVED_GRAPHS"  # "0": keep nothing between runs
 CACHE = "GPT2_MAX_CACHE"  # the folder, when not the default
@@ -109,7 +110,7 @@ def made_once(path: Path, make) -> Path:
     if path.is_file() and not _digest_file(path).is_file():  # made before digests were kept: taken as it is
         with writing(_digest_file(path)) as staged:
             if staged is not None:
-                staged.write_text(_sha256(path))
+                staged.write_text(sha256(path))
         return path
     if path.is_file():
         set_aside(path, "a compiled file", ValueError("its bytes do not match the digest saved with it"))
@@ -117,7 +118,7 @@ def made_once(path: Path, make) -> Path:
         if staged is not None:
             make(staged)
             digest = _digest_file(staged)
-            digest.write_text(_sha256(staged))
+            digest.write_text(sha256(staged))
             publish(digest, _digest_file(path))  # first: a file in place always has its digest
     if _intact(path):
         return path
@@ -136,10 +137,6 @@ def _digest_file(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 _INTACT: set[tuple] = set()  # (path, size, mtime) found whole by this process: a library is asked for at every op
 
 
@@ -148,7 +145,7 @@ def _intact(path: Path) -> bool:
     try:
         info = path.stat()
         key = (path, info.st_size, info.st_mtime_ns)
-        if key not in _INTACT and _digest_file(path).read_text().strip() == _sha256(path):
+        if key not in _INTACT and _digest_file(path).read_text().strip() == sha256(path):
             _INTACT.add(key)
         return key in _INTACT
     except OSError:

@@ -111,13 +111,11 @@ CHECKS = "checks"
 
 
 def _check_key(step: str, folder: Path) -> str:
-    import hashlib
+    from artifacts.files import files_digest
 
-    digest = hashlib.sha256()
-    for needed in steps_needed(step, folder=folder):
-        path = folder / f"step_{needed}.py"
-        digest.update(needed.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
-    return f"step_{step}-{digest.hexdigest()[:24]}"
+    paths = [folder / f"step_{needed}.py" for needed in steps_needed(step, folder=folder)]
+    present = [p for p in paths if p.is_file()]  # a missing step counts by its name's absence
+    return f"step_{step}-{files_digest(present, folder)[:24]}"
 
 
 def record_check(step: str, folder: Path, passed: bool) -> None:

@@ -10,7 +10,6 @@ docs/cpu.md). ``KernelLinear`` is the layer around such a call; the kinds
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from max.experimental import nn
 from max.experimental.tensor import Tensor
 from max.graph import DeviceRef, TensorType
 
+from artifacts.files import files_digest
 from model import caches, cpu
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"  # the Mojo package: kernel_library() compiles it (~2 s)
@@ -86,10 +86,8 @@ def mojo_library(package: Path) -> Path:
     the digest of MAX's version and its sources, in the cache folder's
     ``kernels/``. Built once: the same path every run is also what lets MAX's
     cache find a graph compiled with it before."""
-    digest = hashlib.sha256(importlib.metadata.version("max").encode())
-    for path in sorted(package.glob("*.mojo")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    library = caches.folder("kernels") / f"{package.name}_{digest.hexdigest()[:20]}.mojoc"
+    digest = files_digest(sorted(package.glob("*.mojo")), package, seed=importlib.metadata.version("max"))
+    library = caches.folder("kernels") / f"{package.name}_{digest[:20]}.mojoc"
     return precompile(package, library)
 
 
