@@ -92,13 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
 def serve_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The ``max serve`` command line and environment for ``args``."""
     from weights import read_config, resolve_model
-    from weights.checkpoint import read_safetensors_folder, weight_files
+    from weights.checkpoint import check_checkpoint, weight_files
 
     folder = resolve_model(args.model)
     config = read_config(folder)  # refuses, by name, what this project cannot run as HF does
     if args.max_length is not None and not 1 <= args.max_length <= config.n_positions:
         raise StartError(f"--max-length must be 1..{config.n_positions} (this model's n_positions)")
-    read_safetensors_folder(folder)  # headers and byte ranges only (mapped, not read): a truncated file is named
+    check_checkpoint(folder, config)  # headers, names and shapes (mapped, not read): a file or tensor named
     device = args.device
     if device != "cpu":  # a GPU when MAX sees one (auto: except on macOS), or --device gpu refused (model/device.py)
         from model.device import auto_note, choose

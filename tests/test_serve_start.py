@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import run_python
 
@@ -42,6 +43,40 @@ def truncated(tmp_path_factory):
     return folder
 
 
+def demo_rewritten(folder: Path, change) -> Path:
+    """The demo checkpoint in ``folder`` with its tensors passed through ``change`` (a dict -> dict)."""
+    from safetensors.numpy import save_file
+
+    from weights.checkpoint import read_safetensors
+
+    shutil.copytree(DEMO, folder)
+    state = {name: np.array(a) for name, a in read_safetensors(folder / "model.safetensors").items()}
+    save_file(change(state), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def misnamed(tmp_path_factory):
+    """The demo checkpoint with one tensor under another name."""
+    def rename(state):
+        key = next(k for k in state if k.endswith("h.0.mlp.c_fc.weight"))
+        state[key.replace("c_fc", "c_fully")] = state.pop(key)
+        return state
+
+    return demo_rewritten(tmp_path_factory.mktemp("misnamed") / "demo", rename)
+
+
+@pytest.fixture(scope="module")
+def misshapen(tmp_path_factory):
+    """The demo checkpoint with one tensor a column short."""
+    def cut(state):
+        key = next(k for k in state if k.endswith("h.1.attn.c_proj.weight"))
+        state[key] = state[key][:, :-1].copy()
+        return state
+
+    return demo_rewritten(tmp_path_factory.mktemp("misshapen") / "demo", cut)
+
+
 CASES = {
     "a port past 65535": (["--port", "70000"], "--port 70000: a port is a number from 1 to 65535"),
     "a port in use": (["--port", "{busy}"], "--port {busy}: 127.0.0.1:{busy} is in use"),
@@ -51,15 +86,19 @@ CASES = {
     "a window past the model's": (["--max-length", "4096"], "--max-length must be 1..256"),
     "no GPU": (["--device", "gpu"], "--device gpu: MAX sees no accelerator on this machine"),
     "a truncated checkpoint": (["--model", "{truncated}"], "model.safetensors: truncated"),
+    "a tensor under another name": (["--model", "{misnamed}"], "no tensor h.0.mlp.c_fc.weight"),
+    "a tensor of another shape": (["--model", "{misshapen}"], "h.1.attn.c_proj.weight has shape"),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_start_up_problems_are_one_line_and_exit_2_before_the_engine_starts(case, busy_port, truncated):
+def test_start_up_problems_are_one_line_and_exit_2_before_the_engine_starts(case, busy_port, truncated, misnamed,
+                                                                           misshapen):
     """Each of these failed only once MAX's engine had started, after seconds, in a traceback of
     dozens of lines (exit status 1); now the launcher says it in one line and never starts it."""
     flags, said = CASES[case]
-    names = {"busy": busy_port, "free": free_port(), "truncated": truncated}
+    names = {"busy": busy_port, "free": free_port(), "truncated": truncated, "misnamed": misnamed,
+             "misshapen": misshapen}
     argv = ["--model", "demo", "--device", "cpu", "--port", str(free_port()), "--metrics-port", str(free_port()),
             *(flag.format(**names) for flag in flags)]
     env = {**os.environ, **dict.fromkeys(GPU_VISIBILITY, "")}  # no GPU in sight, whatever the machine

@@ -64,10 +64,20 @@ def load_state(folder: Path, config, saved=None) -> dict[str, np.ndarray]:
     return to_model_names(read_safetensors_folder(folder), config, source=str(folder), saved=saved)
 
 
-def to_model_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint",
-                   saved=None) -> dict[str, np.ndarray]:
-    """Map HF names (with or without ``transformer.``) onto the model's names;
-    the copies this needs come from ``saved`` when it has them (load_state)."""
+def check_checkpoint(folder: Path, config) -> None:
+    """Refuse, by name, a checkpoint in ``folder`` whose files are truncated
+    or whose tensors are not ``config``'s GPT-2 (a name missing or extra, a
+    shape that differs, an untied head); only the headers are read and the
+    tensors mapped, nothing converted (the server checks this before it starts)."""
+    folder = Path(folder)
+    checked_names(read_safetensors_folder(folder), config, source=str(folder))
+
+
+def checked_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint") -> dict[str, np.ndarray]:
+    """``raw`` under the model's names (HF names with or without
+    ``transformer.``; Conv1D weights transposed, as views), every name and
+    shape checked against ``config`` and the head checked tied to wte:
+    WeightsError naming the first that is not."""
     state: dict[str, np.ndarray] = {}
     lm_head = None
     for name, array in raw.items():
@@ -97,6 +107,15 @@ def to_model_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint
     wte = state["transformer.wte.weight"]
     if lm_head is not None and (lm_head.shape != wte.shape or not np.array_equal(lm_head, wte)):
         raise WeightsError(f"{source}: lm_head.weight differs from wte.weight; only GPT-2's tied head is supported")
+    return state
+
+
+def to_model_names(raw: dict[str, np.ndarray], config, source: str = "checkpoint",
+                   saved=None) -> dict[str, np.ndarray]:
+    """Map HF names (with or without ``transformer.``) onto the model's names
+    (``checked_names``), as float32; the copies this needs come from
+    ``saved`` when it has them (load_state)."""
+    state = checked_names(raw, config, source)
     copied = [name for name, array in state.items() if not _is_float32(array)]
 
     def fits(kept) -> bool:
