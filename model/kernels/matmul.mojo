@@ -57,7 +57,6 @@ from std.memory import alloc, bitcast, stack_allocation
 from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
 
-from .awake import Dealt, run_awake
 from .isa import AVX2, AVX512_VNNI, has_vnni, registers, resolved, signed_dot4, vector_bytes
 
 comptime F32 = DType.float32
@@ -94,49 +93,6 @@ def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, 
             run[](c * chunk, min(c * chunk + chunk, items))
 
     parallelize(work, num_logical_cores())
-
-
-def untracked[T: AnyType, //](p: UnsafePointer[T, _]) -> UnsafePointer[T, MutUntrackedOrigin]:
-    """A pointer a job struct holds: the op that makes the job keeps what it points to alive."""
-    return UnsafePointer[T, MutUntrackedOrigin](unsafe_from_address=Int(p))
-
-
-@fieldwise_init
-struct Chunks(ImplicitlyCopyable):
-    """Items [0, items) taken ``chunk`` at a time from a counter shared by
-    every thread running the job."""
-
-    var next: UnsafePointer[Atomic[Int64], MutUntrackedOrigin]
-    var items: Int
-    var chunk: Int
-
-    @always_inline
-    def take(self) -> Tuple[Int, Int]:
-        """The next chunk's (start, end); start >= end once none is left."""
-        var c = Int(self.next[].fetch_add(1)) * self.chunk
-        return (c, min(c + self.chunk, self.items))
-
-
-def deal_job[J: Dealt](job: J):
-    """job.run() on every core: on cores kept awake between ops
-    (awake.mojo), else as one of MAX's parallel sections."""
-    if run_awake(job):
-        return
-    var at = UnsafePointer(to=job)
-
-    def work(t: Int) {var at}:
-        at[].run()
-
-    parallelize(work, num_logical_cores())
-    _ = at[]
-
-
-def flush_all(y: FusedOutputTensor[dtype=F32, rank=2, ...], o: UnsafePointer[Float32, _], M: Int, N: Int):
-    """y from o [M, N] through y's fused store: in parallel bands for a prompt."""
-    if M > FEW_ROWS:
-        flush_in_parallel(y, o, N, M, 0, N)
-    else:
-        flush(y, o, N, 0, M, 0, N)
 
 
 # More than one input row (f32): each group of WIDE_ROWS weight rows is
@@ -292,10 +248,10 @@ def step_inputs[SV: Int](xq: UnsafePointer[Int8, _], at: Int) -> SIMD[DType.int8
 @always_inline
 def tile_q8_0[isa: Int, MB: Int](
     xq: UnsafePointer[Int8, _], xs: UnsafePointer[Float32, _], xc: UnsafePointer[Int32, _],
-    qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], o: UnsafePointer[mut=True, Float32, _],
+    qp: UnsafePointer[Int8, _], dp: UnsafePointer[Float16, _], y: FusedOutputTensor[dtype=F32, rank=2, ...],
     K: Int, N: Int, t: Int, m0: Int,
 ):
-    """y[m0:m0+MB, t*ROWS .. +ROWS] (row m, column n at o + m * N + n) from tile t of the interleaved layout
+    """y[m0:m0+MB, t*ROWS .. +ROWS] from tile t of the interleaved layout
     (see the top of this file), against Q8_0 inputs (as llama.cpp does):
     per block, each code vector (one or two steps of the 8 rows) is an
     integer dot product with the input's 4 codes of its step broadcast,
@@ -336,15 +292,17 @@ def tile_q8_0[isa: Int, MB: Int](
             comptime if has_vnni(isa):
                 sums += xc[block]
             facc.store(j * ROWS, sums.cast[F32]().fma(d * xs[block], facc.load[width=ROWS](j * ROWS)))
-    # The last tile's padding rows are not outputs.
+    # Each input row's 8 sums as one vector through y's fused store, so the
+    # epilogue MAX fused in runs on vectors (see flush()); the last tile's
+    # padding rows are not outputs.
     var row = t * ROWS
     comptime for j in range(MB):
         var v = facc.load[width=ROWS](j * ROWS)
         if row + ROWS <= N:
-            o.store((m0 + j) * N + row, v)
+            y._fused_store[ROWS, 2](IndexList[2](m0 + j, row), v)
         else:
             for i in range(max(N - row, 0)):
-                o[(m0 + j) * N + row + i] = v[i]
+                y._fused_store[1, 2](IndexList[2](m0 + j, row + i), SIMD[F32, 1](v[i]))
 
 
 @always_inline
@@ -476,42 +434,6 @@ struct FewRowsMatmulF32:
         deal(rows, N, CHUNK if M == 1 else WIDE_CHUNK)
 
 
-struct Q8_0Tiles[I: Int, I1: Int, MB: Int](Dealt):
-    """The Q8_0 op's tiles as a job (awake.mojo): tile t's outputs to o [M, N]."""
-
-    var xq: UnsafePointer[Int8, MutUntrackedOrigin]
-    var xs: UnsafePointer[Float32, MutUntrackedOrigin]
-    var xc: UnsafePointer[Int32, MutUntrackedOrigin]
-    var qp: UnsafePointer[Int8, MutUntrackedOrigin]
-    var dp: UnsafePointer[Float16, MutUntrackedOrigin]
-    var o: UnsafePointer[Float32, MutUntrackedOrigin]
-    var M: Int
-    var K: Int
-    var N: Int
-    var chunks: Chunks
-
-    def __init__(out self, xq: UnsafePointer[Int8, MutUntrackedOrigin], xs: UnsafePointer[Float32, MutUntrackedOrigin],
-                 xc: UnsafePointer[Int32, MutUntrackedOrigin], qp: UnsafePointer[Int8, MutUntrackedOrigin],
-                 dp: UnsafePointer[Float16, MutUntrackedOrigin], o: UnsafePointer[Float32, MutUntrackedOrigin],
-                 M: Int, K: Int, N: Int, chunks: Chunks):
-        self.xq, self.xs, self.xc, self.qp, self.dp, self.o = xq, xs, xc, qp, dp, o
-        self.M, self.K, self.N, self.chunks = M, K, N, chunks
-
-    def run(self):
-        while True:
-            var c = self.chunks.take()
-            if c[0] >= c[1]:
-                return
-            for t in range(c[0], c[1]):
-                var m = 0
-                while m + Self.MB <= self.M:
-                    tile_q8_0[Self.I, Self.MB](self.xq, self.xs, self.xc, self.qp, self.dp, self.o, self.K, self.N, t, m)
-                    m += Self.MB
-                while m < self.M:
-                    tile_q8_0[Self.I1, 1](self.xq, self.xs, self.xc, self.qp, self.dp, self.o, self.K, self.N, t, m)
-                    m += 1
-
-
 @extensibility.register("few_rows_matmul_q8_0")
 struct FewRowsMatmulQ8_0:
     @staticmethod
@@ -541,14 +463,18 @@ struct FewRowsMatmulQ8_0:
         prepare_inputs(x.unsafe_ptr(), xq, xs, xc, M, K)
 
         comptime MB = q8_0_tile_inputs(I)  # input rows per call, several
-        var out = alloc[Float32](M * N)
-        var taken = Atomic[Int64](0)
-        deal_job(Q8_0Tiles[I, I1, MB](untracked(xq), untracked(xs), untracked(xc), untracked(qp), untracked(dp),
-                                      untracked(out), M, K, N, Chunks(untracked(UnsafePointer(to=taken)), tiles,
-                                                                      TILE_CHUNK)))
-        _ = taken.load()
-        flush_all(y, out, M, N)
-        out.free()
+
+        def work(start: Int, end: Int) {var M, var K, var N, var xq, var xs, var xc, var qp, var dp, var y}:
+            for t in range(start, end):
+                var m = 0
+                while m + MB <= M:
+                    tile_q8_0[I, MB](xq, xs, xc, qp, dp, y, K, N, t, m)
+                    m += MB
+                while m < M:
+                    tile_q8_0[I1, 1](xq, xs, xc, qp, dp, y, K, N, t, m)
+                    m += 1
+
+        deal(work, tiles, TILE_CHUNK)  # tiles dealt a chunk at a time, as in the f32 op
         xq.free()
         xs.free()
         xc.free()
