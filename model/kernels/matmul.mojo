@@ -49,10 +49,12 @@ from extensibility import _FusedOutputTensor as FusedOutputTensor
 from builtin_kernels.linalg import MatmulCPU
 from layout import TileTensor, row_major
 from linalg.matmul import matmul
-from max.algorithm import parallelize
+from max.algorithm import parallelize, sync_parallelize
 from std.atomic import Atomic
 from std.sys.info import num_logical_cores
 from max.gpu.host import DeviceContext
+from max.gpu.host.device_context import DeviceContextBase
+from std.sys.info import CompilationTarget
 from std.memory import alloc, bitcast, stack_allocation
 from std.sys.intrinsics import PrefetchOptions, prefetch
 from std.utils.index import IndexList
@@ -77,7 +79,7 @@ comptime TILE_CHUNK = 8  # Q8_0 op: 8-row tiles a core takes at a time
 
 
 @always_inline
-def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, chunk: Int):
+def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, chunk: Int, ctx: DeviceContext):
     """body(start, end) over [0, items) in chunks of ``chunk``, one task per
     core, each task taking the next chunk from a shared atomic counter."""
     var taken = Atomic[Int64](0)
@@ -92,7 +94,7 @@ def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, 
                 return
             run[](c * chunk, min(c * chunk + chunk, items))
 
-    parallelize(work, num_logical_cores())
+    sync_parallelize(work, num_logical_cores(), Optional(rebind[DeviceContextBase[CompilationTarget()]](ctx)))
 
 
 # More than one input row (f32): each group of WIDE_ROWS weight rows is
@@ -363,7 +365,7 @@ def dequantized_matmul(y: FusedOutputTensor[dtype=F32, rank=2, ...], x: InputTen
         def unpack(s: Int, e: Int) {var qp, var dp, var wf, var K, var start, var first_tile}:
             dequantize_tiles(qp, dp, wf, K, first_tile + s, first_tile + e, start)
 
-        deal(unpack, end_tile - first_tile, 1)
+        deal(unpack, end_tile - first_tile, 1, ctx)
         matmul[transpose_b=True](TileTensor(c, row_major((M, rows))), a, TileTensor(wf, row_major((rows, K))), ctx)
         flush_in_parallel(y, c - start, rows, M, start, end)  # column n of row m at c + m * rows + n - start
     wf.free()
@@ -431,7 +433,7 @@ struct FewRowsMatmulF32:
                 r += 1
             flush(y, o, OUT, 0, M, start, end)
 
-        deal(rows, N, CHUNK if M == 1 else WIDE_CHUNK)
+        deal(rows, N, CHUNK if M == 1 else WIDE_CHUNK, ctx)
 
 
 @extensibility.register("few_rows_matmul_q8_0")
@@ -474,7 +476,7 @@ struct FewRowsMatmulQ8_0:
                     tile_q8_0[I1, 1](xq, xs, xc, qp, dp, y, K, N, t, m)
                     m += 1
 
-        deal(work, tiles, TILE_CHUNK)  # tiles dealt a chunk at a time, as in the f32 op
+        deal(work, tiles, TILE_CHUNK, ctx)  # tiles dealt a chunk at a time, as in the f32 op
         xq.free()
         xs.free()
         xc.free()

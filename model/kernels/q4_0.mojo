@@ -166,7 +166,7 @@ struct FewRowsMatmulQ4_0:
                     for m in range(M):
                         band_q4_0[I, band](xw + m * (K // 4), xd + m * G, xc + m * G, bp, y, G, N, b, m)
 
-        deal(work, bands, BAND_CHUNK * (32 // band))  # as many rows a take as 4 bands of 32
+        deal(work, bands, BAND_CHUNK * (32 // band), ctx)  # as many rows a take as 4 bands of 32
         xq.free()
         xd.free()
         xc.free()
