@@ -76,25 +76,34 @@ comptime CHUNK = 32  # f32 one-row path: rows a core takes at a time
 comptime WIDE_CHUNK = 24  # f32 few-rows path: rows a core takes at a time (8 groups of WIDE_ROWS)
 comptime OUT = 32  # columns of a chunk's output buffer: max(CHUNK, WIDE_CHUNK)
 comptime TILE_CHUNK = 8  # Q8_0 op: 8-row tiles a core takes at a time
+comptime MAX_WORKERS = 512  # cores an op deals its work to, at most
 
 
 @always_inline
 def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, chunk: Int, ctx: DeviceContext):
     """body(start, end) over [0, items) in chunks of ``chunk``, one task per
     core, each task taking the next chunk from a shared atomic counter."""
-    var taken = Atomic[Int64](0)
-    var next = UnsafePointer(to=taken)
     var chunks = (items + chunk - 1) // chunk
+    var workers = min(chunks, num_logical_cores(), MAX_WORKERS)
     var run = UnsafePointer(to=body)  # captured by address: a closure is not copyable
+    var taken = stack_allocation[MAX_WORKERS, Atomic[Int64]]()  # chunks taken of each worker's share
+    for w in range(workers):
+        taken[w] = Atomic[Int64](0)
 
-    def work(t: Int) {var run, var next, var chunks, var chunk, var items}:
-        while True:
-            var c = Int(next[].fetch_add(1))
-            if c >= chunks:
-                return
-            run[](c * chunk, min(c * chunk + chunk, items))
+    def work(t: Int) {var run, var chunks, var chunk, var items, var workers, var taken}:
+        var per = chunks // workers
+        var extra = chunks % workers
+        for k in range(workers):  # its own share first, then what is left of the others'
+            var w = (t + k) % workers
+            var first = w * per + min(w, extra)
+            var count = per + (1 if w < extra else 0)
+            while True:
+                var c = Int(taken[w].fetch_add(1))
+                if c >= count:
+                    break
+                run[]((first + c) * chunk, min((first + c) * chunk + chunk, items))
 
-    sync_parallelize(work, num_logical_cores(), Optional(rebind[DeviceContextBase[CompilationTarget()]](ctx)))
+    sync_parallelize(work, workers, Optional(rebind[DeviceContextBase[CompilationTarget()]](ctx)))
 
 
 # More than one input row (f32): each group of WIDE_ROWS weight rows is
