@@ -13,7 +13,12 @@ are the rows this call writes (start, end), the cached length as a shape
 writes in place; with step 07's own ConcatCache (``cache="concat"``, the
 teaching block, kept beside the in-place one to prove both give the same
 tokens: tests/test_kv_cache.py) the cached keys and values go in and the
-concatenated ones come out. It returns the logits [batch, k, vocab]
+concatenated ones come out; with the static cache (``cache="static"``,
+InPlaceGraph's capture-safe twin: StaticGraph) the inputs are the cached
+length as a device value (past) and the 2 * n_layer buffers, read and
+written over their whole capacity, so that a decode step's launches do not
+depend on the length and a GPU can replay them (model/runtime.py). It
+returns the logits [batch, k, vocab]
 (float32) and, when built with ``attention_layer``, that layer's
 probabilities. Batch, sequence and cache lengths are symbolic: one compiled
 graph prefills a prompt of any length and decodes, for the whole process.
@@ -28,7 +33,7 @@ from max.dtype import DType
 from max.experimental import nn
 
 from model.course import Course
-from model.kv_cache import InPlaceCache
+from model.kv_cache import InPlaceCache, StaticCache
 from model.layers import linear_maker
 from model.options import BuildOptions
 
@@ -106,11 +111,58 @@ class InPlaceGraph(_Graph):
         return self.outputs(self.lm(ids, caches, positions))
 
 
+class StaticGraph(_Graph):
+    """Step 11's model over static cache buffers (model/kv_cache.py's
+    StaticCache): ids, positions, the cached length as an int64 [1] device
+    value (past), 2 * n_layer buffers in; the logits out. Every input is a
+    device buffer and no shape carries the length, so the launches of a call
+    depend only on the shapes of batch, seq and capacity: a GPU captures a
+    decode step once per batch size and replays it (model/runtime.py).
+
+    Step 10 hands the cached length to step 06's position embedding, which
+    takes its bounds on the host (``Tensor.arange``); here it is a device
+    value, so the embedding is made to look its rows up at device positions:
+    step 06's own forward gives every position's vector, and the rows at
+    past .. past + seq are gathered from them (``at_device_positions``)."""
+
+    def __init__(self, lm, kit: Course, attention_layer: int | None, vocab_size: int) -> None:
+        if attention_layer is not None:
+            raise ValueError("the static cache builds no attention map (build it with cache='in_place')")
+        super().__init__(lm, attention_layer, vocab_size)
+        at_device_positions(lm.transformer.wpe)
+
+    def forward(self, ids, positions, past, *buffers):
+        caches = [StaticCache(keys, values, past) for keys, values in zip(buffers[0::2], buffers[1::2])]
+        return self.outputs(self.lm(ids, caches, positions))
+
+
+def at_device_positions(wpe) -> None:
+    """Make step 06's embedding ``wpe`` take its start as a device value: its
+    class becomes a subclass of the course's whose forward calls the course's
+    for every position (0 .. n_positions) and gathers the asked rows from them.
+    The module keeps its weight and name, so the checkpoint loads as before."""
+    from max.dtype import DType
+    from max.experimental import functional as F
+
+    course = type(wpe)
+
+    class AtDevicePositions(course):
+        def forward(self, seq_len, past_len=0):
+            every = course.forward(self, int(self.weight.shape[0]), 0)
+            rows = past_len + F.arange(0, seq_len, dtype=DType.int64, device=self.weight.device)
+            return F.gather(every, rows, axis=0)
+
+    AtDevicePositions.__name__ = AtDevicePositions.__qualname__ = f"{course.__name__}AtDevicePositions"
+    wpe.__class__ = AtDevicePositions
+
+
+GRAPHS = {"in_place": InPlaceGraph, "static": StaticGraph, "concat": ConcatGraph}
+
+
 def wrap(lm, kit: Course, options: BuildOptions, vocab_size: int):
-    """The graph module around ``lm`` for ``options.cache``, its logits
+    """The graph module around ``lm`` for the options' cache, its logits
     ``vocab_size`` wide (the checkpoint's vocabulary)."""
-    graph = InPlaceGraph if options.cache == "in_place" else ConcatGraph
-    return graph(lm, kit, options.attention_layer, vocab_size)
+    return GRAPHS[options.kv_cache](lm, kit, options.attention_layer, vocab_size)
 
 
 # Every graph is traced under one name: what it computes is in its body
@@ -177,7 +229,14 @@ def input_types(config, options: BuildOptions) -> list:
     device = placement.max_device()
     ids_type = TensorType(DType.int64, ["batch", "seq"], device=device)
     positions_type = TensorType(DType.int64, ["scored"], device=device)
-    if options.cache == "in_place":
+    if options.kv_cache == "static":
+        from max.graph import BufferType
+
+        past = TensorType(DType.int64, [1], device=device)  # a device value: a replay reads it again
+        buffer = BufferType(placement.max_dtype(), ["batch", config.n_head, "capacity", config.head_dim],
+                            device=device)
+        cache_types = [past] + [buffer] * (2 * config.n_layer)
+    elif options.kv_cache == "in_place":
         from max.driver import CPU
         from max.graph import BufferType
 
