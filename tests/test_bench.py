@@ -777,3 +777,45 @@ def test_graphs_built_apart_become_one_unit_to_compile():
 
     module = one_module(matmul_graphs(3))
     assert module.top_level_graph_names() == ["matmul0", "matmul1", "matmul2"]
+
+
+def test_every_gpu_stage_names_only_options_its_program_takes(tmp_path):
+    """bench/gpu.py's commands, checked here where no GPU is: every option a
+    stage gives one of this project's programs is in that program's --help."""
+    import re
+    import sys
+
+    from bench.gpu import stages
+
+    plan = stages(sys.executable, "hf-python", tmp_path)
+    helps = {}
+    for commands in plan.values():
+        for command in commands:
+            if command[:2] != [sys.executable, "-m"] or command[2] == "pytest":
+                continue
+            program = command[2]
+            if program not in helps:
+                done = subprocess.run([sys.executable, "-m", program, "--help"], capture_output=True, text=True,
+                                      cwd=ROOT, timeout=120)
+                assert done.returncode == 0, done.stderr[-2000:]
+                helps[program] = set(re.findall(r"--[a-z][a-z0-9-]*", done.stdout))
+            options = {part.split("=")[0] for part in command[3:] if part.startswith("--")}
+            assert options <= helps[program], (program, options - helps[program])
+    assert set(helps) == {"model", "bench", "bench.accuracy", "bench.serve"}
+    assert {"check", "bench", "bench-plain", "bench-xl", "bench-xl-compiled", "bench-xl-plain", "bench-serve",
+            "serve-capture", "serve-steps"} <= set(plan)
+
+
+def test_a_gpu_stage_logs_each_line_timed_and_says_its_first_failure(tmp_path):
+    import sys
+
+    from bench.gpu import run
+
+    plan = {"one": [[sys.executable, "-c", "print('first'); print('second')"],
+                    [sys.executable, "-c", "import sys; sys.exit(3)"]],
+            "two": [[sys.executable, "-c", "import sys; sys.exit(4)"]]}
+    assert run(["one", "two"], plan, tmp_path / "logs") == 3
+    log = (tmp_path / "logs" / "one.log").read_text()
+    assert "s] first" in log and "s] second" in log and "one: exit 3 in" in log
+    summary = (tmp_path / "logs" / "summary.txt").read_text().splitlines()
+    assert [line.split(" in ")[0] for line in summary] == ["one: exit 0", "one: exit 3", "two: exit 4"]
