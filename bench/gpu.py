@@ -127,7 +127,8 @@ def run(names: list[str], plan: dict[str, list[list[str]]], logs: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("stages", nargs="*", metavar="STAGE", help="the stages to run, in order (--list names them)")
     p.add_argument("--logs", type=Path, default=ROOT / "gpu-logs", help="where the logs go (default: gpu-logs/)")
     p.add_argument("--hf-python", default=os.environ.get("GPT2_MAX_HF_PYTHON") or sys.executable,

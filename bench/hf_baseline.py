@@ -33,9 +33,8 @@ HERE = Path(__file__).resolve().parent
 sys.path = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
 
 import torch  # noqa: E402
-from transformers import GPT2LMHeadModel  # noqa: E402
-
 from measure import peak_rss_mb, timed  # noqa: E402  (bench/measure.py)
+from transformers import GPT2LMHeadModel  # noqa: E402
 
 MODES = ("eager", "compiled")
 

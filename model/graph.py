@@ -119,41 +119,30 @@ class StaticGraph(_Graph):
     depend only on the shapes of batch, seq and capacity: a GPU captures a
     decode step once per batch size and replays it (model/runtime.py).
 
-    Step 10 hands the cached length to step 06's position embedding, which
-    takes its bounds on the host (``Tensor.arange``); here it is a device
-    value, so the embedding is made to look its rows up at device positions:
-    step 06's own forward gives every position's vector, and the rows at
-    past .. past + seq are gathered from them (``at_device_positions``)."""
+    Only the top of the forward is the graph's own, as the server's is
+    (serve/network.py): step 10 hands the cached length to step 06's
+    embedding, whose ``Tensor.arange`` takes its bounds on the host, and here
+    the length is a device value. So step 06's forward gives every
+    position's vector and the rows at past .. past + seq are gathered from
+    them; then step 10's blocks (each with its layer's cache) and ``ln_f``,
+    and step 11's head on the rows ``positions`` names, as steps 10 and 11
+    call them."""
 
     def __init__(self, lm, kit: Course, attention_layer: int | None, vocab_size: int) -> None:
         if attention_layer is not None:
             raise ValueError("the static cache builds no attention map (build it with cache='in_place')")
         super().__init__(lm, attention_layer, vocab_size)
-        at_device_positions(lm.transformer.wpe)
 
     def forward(self, ids, positions, past, *buffers):
-        caches = [StaticCache(keys, values, past) for keys, values in zip(buffers[0::2], buffers[1::2])]
-        return self.outputs(self.lm(ids, caches, positions))
+        from max.experimental import functional as F
 
-
-def at_device_positions(wpe) -> None:
-    """Make step 06's embedding ``wpe`` take its start as a device value: its
-    class becomes a subclass of the course's whose forward calls the course's
-    for every position (0 .. n_positions) and gathers the asked rows from them.
-    The module keeps its weight and name, so the checkpoint loads as before."""
-    from max.dtype import DType
-    from max.experimental import functional as F
-
-    course = type(wpe)
-
-    class AtDevicePositions(course):
-        def forward(self, seq_len, past_len=0):
-            every = course.forward(self, int(self.weight.shape[0]), 0)
-            rows = past_len + F.arange(0, seq_len, dtype=DType.int64, device=self.weight.device)
-            return F.gather(every, rows, axis=0)
-
-    AtDevicePositions.__name__ = AtDevicePositions.__qualname__ = f"{course.__name__}AtDevicePositions"
-    wpe.__class__ = AtDevicePositions
+        t = self.lm.transformer
+        every = t.wpe(int(t.wpe.weight.shape[0]), 0)  # step 06's vector of each position of the window
+        rows = past + F.arange(0, ids.shape[1], dtype=DType.int64, device=every.device)
+        x = t.wte(ids) + F.gather(every, rows, axis=0)
+        for block, keys, values in zip(t.h, buffers[0::2], buffers[1::2], strict=True):
+            x = block(x, StaticCache(keys, values, past))
+        return self.outputs(self.lm.lm_head(t.ln_f(F.gather(x, positions, axis=1))))
 
 
 GRAPHS = {"in_place": InPlaceGraph, "static": StaticGraph, "concat": ConcatGraph}

@@ -91,8 +91,8 @@ class StaticCache:
 
     @property
     def length(self):
-        """The cached positions before this call, as a device value (step 10 hands it to step 06's
-        positions, which the static graph reads at device positions: model/graph.py)."""
+        """The cached positions before this call, as a device value (model/graph.py's StaticGraph
+        reads the positions' rows at it)."""
         return self.past
 
     def update(self, k, v):
