@@ -21,17 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 PROCESS_START = time.perf_counter()
 
-# This folder (first on the path, as the script's) holds a kernels.py, and transformers imports a `kernels`
-# package of its own: the folder is searched last.
-HERE = Path(__file__).resolve().parent
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
-
+import hf_sys_path  # noqa: E402, F401  (bench/hf_sys_path.py: before transformers)
 import torch  # noqa: E402
 from measure import peak_rss_mb, timed  # noqa: E402  (bench/measure.py)
 from transformers import GPT2LMHeadModel  # noqa: E402

@@ -785,6 +785,8 @@ def test_every_gpu_stage_names_only_options_its_program_takes(tmp_path):
     import re
     import sys
 
+    from conftest import run_python
+
     from bench.gpu import stages
 
     plan = stages(sys.executable, "hf-python", tmp_path)
@@ -795,8 +797,7 @@ def test_every_gpu_stage_names_only_options_its_program_takes(tmp_path):
                 continue
             program = command[2]
             if program not in helps:
-                done = subprocess.run([sys.executable, "-m", program, "--help"], capture_output=True, text=True,
-                                      cwd=ROOT, timeout=120)
+                done = run_python("-m", program, "--help", timeout=120)
                 assert done.returncode == 0, done.stderr[-2000:]
                 helps[program] = set(re.findall(r"--[a-z][a-z0-9-]*", done.stdout))
             options = {part.split("=")[0] for part in command[3:] if part.startswith("--")}
