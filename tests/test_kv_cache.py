@@ -116,6 +116,17 @@ def test_decode_steps_replayed_over_kept_buffers_give_the_same_tokens(both, stat
         static.step(prompt, first)
 
 
+def test_the_bench_measures_over_a_static_cache(static, monkeypatch):
+    """bench's figures over the static cache (a GPU's): each timed prefill
+    hands the kept buffers of its shape to a new cache, never holding two."""
+    from bench.__main__ import measure_ours
+
+    monkeypatch.setattr("model.gpt2.load_gpt2", lambda *args, **kwargs: static)
+    out = measure_ours(static.source, "float32", "cpu", 2, 4, prefill=(4, 8), batches=(1, 2))
+    assert out["cache"] == "static" and not out["replay"]
+    assert set(out["prefill_ms"]) == {"4", "8"} and set(out["decode_tok_s"]) == {"1", "2"}
+
+
 def test_a_spent_cache_is_refused(both):
     in_place, _, ref = both
     cache = in_place.empty_cache(1)
