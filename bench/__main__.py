@@ -32,6 +32,7 @@ GPT2_MAX_HF_PYTHON (a Python 3.11 venv with torch and transformers).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -54,29 +55,48 @@ HERE = Path(__file__).resolve().parent
 
 
 LONG_CONTEXT = 896  # decode tokens 896-1024 of GPT-2's 1024-token window
+HF_MODES = ("eager", "compiled")  # bench/hf_baseline.py's
+CARD_GIB = 4  # the buffer the card's read bandwidth is measured over: far beyond its caches
+
+
+def card_read_gb_s() -> float | None:
+    """The GPU's read bandwidth as a MAX reduction measures it (bench/bandwidth.py),
+    in a child process (its buffer freed before anything else runs), or None where that fails."""
+    code = (f"from bench.bandwidth import max_read_bandwidth; print(max_read_bandwidth({CARD_GIB}, device='gpu'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE.parent)
+    if done.returncode != 0:
+        print(f"the card's read bandwidth was not measured: {(done.stderr.strip().splitlines() or ['failed'])[-1]}",
+              file=sys.stderr)
+        return None
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,
-                 prefill=(16, 512), batches=(1, 8), long_context: int = LONG_CONTEXT, linear: str = "custom") -> dict:
+                 prefill=(16, 512), batches=(1, 8), long_context: int = LONG_CONTEXT, linear: str = "custom",
+                 replay: bool = True) -> dict:
     from model.gpt2 import BuildOptions, load_gpt2
 
     start = time.perf_counter()
-    gpt2 = load_gpt2(folder, BuildOptions(device=device, dtype=dtype, linear=linear), with_tokenizer=False)
+    options = BuildOptions(device=device, dtype=dtype, linear=linear, replay=replay)
+    gpt2 = load_gpt2(folder, options, with_tokenizer=False)
     load_s = time.perf_counter() - start
     vocab = gpt2.config.vocab_size
     rng = np.random.default_rng(0)
     first = rng.integers(0, vocab, (1, prefill[0]))
     gpt2.step(first, gpt2.empty_cache(1))
     out = {"impl": "max", "dtype": dtype, "device": gpt2.placement.kind, "linear": linear,
+           "cache": gpt2.cache, "replay": gpt2.options.replays,
            "compile_s": gpt2.compile_seconds, "saved_graph": gpt2.saved_graph,
            "load_s": load_s, "start_to_first_token_s": time.perf_counter() - PROCESS_START,
            "prefill_ms": {}, "decode_tok_s": {}}
     for n in prefill:
         ids = rng.integers(0, vocab, (1, n))
         gpt2.step(ids, gpt2.empty_cache(1, n))  # warm-up
-        # Each run's cache made before the clock starts: on a GPU, making one allocates and zeroes device memory.
-        fresh = iter([gpt2.empty_cache(1, n) for _ in range(reps)])
-        out["prefill_ms"][str(n)] = 1000 * timed(lambda: gpt2.step(ids, next(fresh)), reps)
+        if gpt2.cache == "static":  # its buffers are kept per shape: a new cache hands them on, allocating nothing
+            new_cache = functools.partial(gpt2.empty_cache, 1, n)
+        else:  # each run's made before the clock starts: on a GPU, making one allocates and zeroes device memory
+            new_cache = iter([gpt2.empty_cache(1, n) for _ in range(reps)]).__next__
+        out["prefill_ms"][str(n)] = 1000 * timed(lambda: gpt2.step(ids, new_cache()), reps)
     out["ttft_ms"] = out["prefill_ms"][str(prefill[0])]
     runs = [(batch, prefill[0], str(batch)) for batch in batches]
     if long_context + new_tokens <= gpt2.config.n_positions:
@@ -103,7 +123,7 @@ def measure_ours(folder: Path, dtype: str, device: str, reps: int, new_tokens: i
 
 
 def measure_ours_in_child(folder: Path, dtype: str, device: str, reps: int, new_tokens: int,
-                          linear: str = "custom", tree: Path = HERE.parent) -> dict:
+                          linear: str = "custom", tree: Path = HERE.parent, replay: bool = True) -> dict:
     """``measure_ours`` in a fresh process: start-to-first-token and peak
     memory are per process, so each precision gets its own. ``tree``: the
     checkout whose code runs (bench/ab.py measures another one too). It
@@ -112,7 +132,7 @@ def measure_ours_in_child(folder: Path, dtype: str, device: str, reps: int, new_
     from model.graph_source import USE
 
     args = ["--worker", dtype, "--model", str(folder), "--device", device, "--reps", str(reps),
-            "--new-tokens", str(new_tokens), "--linear", linear]
+            "--new-tokens", str(new_tokens), "--linear", linear, *([] if replay else ["--no-replay"])]
     done = subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, cwd=tree,
                           env=dict(os.environ, **{USE: "0"}))
     if done.returncode != 0:
@@ -155,15 +175,21 @@ def cold_start(folder: Path, dtype: str, device: str = "cpu", linear: str = "cus
         return json.loads(lines[-1])
 
 
+def hf_command(python: str, folder: Path, reps: int, new_tokens: int, device: str = "cpu",
+               dtype: str = "float32", mode: str = "eager") -> list[str]:
+    """bench/hf_baseline.py's command line: HF + torch on the same machine, float32 on the CPU; on a GPU,
+    at the precision it is compared with (device "gpu" is torch's "cuda"); ``mode``: eager or compiled."""
+    return [python, str(HERE / "hf_baseline.py"), str(folder), "--reps", str(reps), "--new-tokens", str(new_tokens),
+            "--device", "cuda" if device == "gpu" else "cpu", "--dtype", dtype, "--mode", mode]
+
+
 def measure_hf(python: str, folder: Path, reps: int, new_tokens: int, device: str = "cpu",
-               dtype: str = "float32") -> dict:
-    """HF + torch on the same machine: float32 on the CPU; on a GPU, at the
-    precision it is compared with (device "gpu" is torch's "cuda")."""
-    done = subprocess.run([python, str(HERE / "hf_baseline.py"), str(folder), "--reps", str(reps),
-                           "--new-tokens", str(new_tokens), "--device", "cuda" if device == "gpu" else "cpu",
-                           "--dtype", dtype], capture_output=True, text=True, env=dict(os.environ))
+               dtype: str = "float32", mode: str = "eager") -> dict:
+    """HF's figures (``hf_command``); RuntimeError with its last line of error where it fails."""
+    done = subprocess.run(hf_command(python, folder, reps, new_tokens, device, dtype, mode), capture_output=True,
+                          text=True, env=dict(os.environ))
     if done.returncode != 0:
-        raise RuntimeError((done.stderr.strip().splitlines() or ["failed"])[-1])
+        raise RuntimeError(f"HF {mode}: " + (done.stderr.strip().splitlines() or ["failed"])[-1])
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -177,6 +203,7 @@ ROWS = [  # (label, key, sub-key, unit, higher is better)
     ("start to first token", "start_to_first_token_s", None, "s", False),
     ("peak memory (RSS)", "peak_rss_mb", None, "MB", False),
     ("weights read, decode batch 1", "weight_gb_s", None, "GB/s", True),
+    ("  of the card's read", "card_share_pct", None, "%", True),
     ("weights", "weights_mb", None, "MB", False),
     ("peak memory / weights", "rss_per_weight_byte", None, "x", False),
 ]
@@ -225,11 +252,17 @@ def round_ratios(rounds: list[tuple[list[dict], list[dict]]]) -> list[str]:
     return lines
 
 
-def hf_for(r: dict, hf: list[dict]) -> dict | None:
-    """The HF figures a precision of ours is compared with: HF at the same
-    precision where it was measured (bfloat16 on a GPU), else HF float32."""
+def hf_for(r: dict, hf: list[dict]) -> list[dict]:
+    """The HF figures a precision of ours is compared with, each of HF's modes
+    (eager, compiled): HF at the same precision where it was measured
+    (bfloat16 on a GPU), else HF float32."""
     same = [h for h in hf if h.get("dtype", "float32") == r["dtype"]]
-    return (same or [h for h in hf if h.get("dtype", "float32") == "float32"] or [None])[0]
+    return same or [h for h in hf if h.get("dtype", "float32") == "float32"]
+
+
+def hf_name(h: dict) -> str:
+    """An HF column's name: its precision, and its mode where it ran compiled."""
+    return f"hf {h.get('dtype', 'float32')}" + (" compiled" if h.get("mode") == "compiled" else "")
 
 
 def table(ours: list[dict], hf: dict | list[dict] | None, llama: list[dict] | None = None) -> str:
@@ -241,15 +274,17 @@ def table(ours: list[dict], hf: dict | list[dict] | None, llama: list[dict] | No
     for r in ours:
         few_rows = r.get("linear") == "custom" and r["dtype"] == "float32" and r.get("device", "cpu") == "cpu"
         kernel = ", Linear on the few-rows kernel" if few_rows else ""
-        lines.append(f"this project, {r['dtype']} on {r['device']}{kernel} (compile {r['compile_s']:.1f} s"
+        replayed = ", decode replayed from a captured device graph" if r.get("replay") else ""
+        lines.append(f"this project, {r['dtype']} on {r['device']}{kernel}{replayed} (compile {r['compile_s']:.1f} s"
                      + f"; start to first token {r['start_to_first_token_s']:.1f} s)"
                      + (f"; with empty caches: compile {r['cold_compile_s']:.1f} s, start to first token "
                         f"{r['cold_start_to_first_token_s']:.1f} s, peak memory {r['cold_peak_rss_mb']:.0f} MB"
                         if "cold_compile_s" in r else ""))
     columns = [(f"max {r['dtype']}", r) for r in ours]
-    columns += [(f"hf {h.get('dtype', 'float32')}", h) for h in hf or [{"dtype": "float32"}]]
+    columns += [(hf_name(h), h) for h in hf or [{"dtype": "float32"}]]
     columns += [(f"llama.cpp {r['dtype']}", r) for r in llama]
-    ratios = [(f"vs hf {r['dtype']}", r, hf_for(r, hf)) for r in ours if hf_for(r, hf)]
+    ratios = [(f"vs hf {r['dtype']}" + (" compiled" if h.get("mode") == "compiled" else ""), r, h)
+              for r in ours for h in hf_for(r, hf)]
     ratios += [(f"vs l.cpp {r['dtype']}", r, by_precision[SAME_PRECISION[r["dtype"]]])
                for r in ours if SAME_PRECISION.get(r["dtype"]) in by_precision]
     # Each column as wide as its name needs ("llama.cpp q4_0-pure"), at least 15.
@@ -304,13 +339,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--linear", default="custom", choices=LINEARS,
                    help="float32 on the CPU: this project's few-rows Mojo kernel (custom, the app's default) "
                         "or step 04's nn.Linear (course, `generate --linear course`)")
+    p.add_argument("--no-replay", dest="replay", action="store_false",
+                   help="on a GPU: decode with plain graph calls over the in-place cache, as `generate --no-replay` "
+                        "(default: each step replayed from a device graph captured at the first)")
+    p.add_argument("--hf-modes", nargs="+", choices=HF_MODES, default=None,
+                   help="Hugging Face's ways of decoding to measure: eager (generate with its dynamic cache) and "
+                        "compiled (a static cache and torch.compile(mode='reduce-overhead'), CUDA graphs on a GPU) "
+                        "(default: both on a GPU, eager on the CPU)")
     p.add_argument("--worker", metavar="DTYPE", help=argparse.SUPPRESS)  # one precision, JSON on stdout
     args = p.parse_args(argv)
     if args.worker:
         print(json.dumps(measure_ours(Path(args.model), args.worker, args.device, args.reps, args.new_tokens,
-                                      linear=args.linear)))
+                                      linear=args.linear, replay=args.replay)))
         return 0
-    from model.device import DeviceError, Placement, bfloat16_note, choose
+    from model.device import DeviceError, bfloat16_fault, choose
 
     try:
         on_gpu = choose(args.device, "float32").kind == "gpu"  # --device auto: what this machine has
@@ -322,10 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         folder = resolve_model(args.model)
     else:
         folder = random_checkpoint(args.size)
+    if on_gpu and (fault := bfloat16_fault()) and "bfloat16" in (args.dtypes or []):
+        p.error(fault)  # a precision the app refuses on a GPU is not measured either
     if args.dtypes is None:
-        args.dtypes = ["float32", "bfloat16"] if on_gpu else ["float32", *QUANTIZED_DTYPES]
-    if "bfloat16" in args.dtypes and on_gpu:  # its speed is measured; its results are not checked here
-        print(f"[{bfloat16_note(Placement('gpu', 'bfloat16'))}]", file=sys.stderr)
+        args.dtypes = ["float32", *([] if bfloat16_fault() else ["bfloat16"])] if on_gpu else [
+            "float32", *QUANTIZED_DTYPES]
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     from bench import llama_cpp
@@ -341,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         ours = []
         for dtype in args.dtypes:
             try:
-                result = measure_ours_in_child(folder, dtype, args.device, args.reps, args.new_tokens, args.linear)
+                result = measure_ours_in_child(folder, dtype, args.device, args.reps, args.new_tokens, args.linear,
+                                               replay=args.replay)
             except RuntimeError as exc:  # one precision failing must not lose the others
                 print(f"failed: {exc}", file=sys.stderr)
                 failed.append(str(exc))  # "<dtype>: <its last error line>"
@@ -368,24 +412,36 @@ def main(argv: list[str] | None = None) -> int:
         device = ours[0]["device"] if ours else args.device  # what --device auto became
         # On a GPU, HF at each precision measured (torch has float32 and bfloat16); on the CPU, float32.
         hf_dtypes = [d for d in args.dtypes if d in ("float32", "bfloat16")] if device == "gpu" else ["float32"]
+        modes = args.hf_modes or (HF_MODES if device == "gpu" else ["eager"])
         for dtype in hf_dtypes or ["float32"]:
-            try:
-                hf.append(measure_hf(args.hf_python, folder, args.reps, args.new_tokens, device, dtype))
-            except (OSError, RuntimeError, json.JSONDecodeError) as exc:
-                print(f"Hugging Face baseline ({dtype}) failed ({exc}); skipped", file=sys.stderr)
+            for mode in modes:
+                try:
+                    hf.append(measure_hf(args.hf_python, folder, args.reps, args.new_tokens, device, dtype, mode))
+                except (OSError, RuntimeError, json.JSONDecodeError) as exc:
+                    print(f"Hugging Face baseline ({dtype}, {mode}) failed ({exc}); skipped", file=sys.stderr)
     else:
         print("Hugging Face baseline skipped: no --hf-python / GPT2_MAX_HF_PYTHON with torch", file=sys.stderr)
+    card = None
+    if (ours and ours[0]["device"] == "gpu") or any(h.get("device") == "cuda" for h in hf):
+        card = card_read_gb_s()
+        for r in [*ours, *hf]:
+            if r.get("weight_gb_s") and card:
+                r["card_share_pct"] = 100 * r["weight_gb_s"] / card
     machine = {"cpu_count": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
                "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
     across = f"; each figure the median of {args.rounds} rounds' medians" if args.rounds > 1 else ""
     print(f"machine: {machine['cpu_count']} cores, {machine['memory_gb']} GiB, {machine['machine']}; "
           f"model: {folder.name}; medians of {args.reps}{across}")
+    if card:
+        print(f"the card reads {card:.0f} GB/s (bench.bandwidth's MAX reduction over {CARD_GIB} GiB, the best of "
+              "5): the weights' reads at decode batch 1 are given as a share of it")
     print(table(ours, hf, llama))
     if args.rounds > 1:
         print("\n".join(["", *round_ratios(rounds)]))
     for line in dict.fromkeys(failed):  # once, whatever the rounds
         print(f"not measured: {line}")
-    args.json.write_text(json.dumps({"machine": machine, "model": str(folder), "ours": ours, "hf": hf,
+    args.json.write_text(json.dumps({"machine": machine, "model": str(folder), "card_read_gb_s": card,
+                                     "ours": ours, "hf": hf,
                                      "llama_cpp": llama, "failed": failed,
                                      "rounds": [{"ours": o, "llama_cpp": ll} for o, ll in rounds]}, indent=2))
     print(f"\nwrote {args.json}")

@@ -45,23 +45,29 @@ def read_bandwidth(gib: float = 1.0, threads: int | None = None, passes: int = 5
     return data.nbytes / best / 1e9
 
 
-def max_read_bandwidth(gib: float = 1.0, passes: int = 5) -> float:
+def max_read_bandwidth(gib: float = 1.0, passes: int = 5, device: str = "cpu") -> float:
     """A compiled MAX reduction: best GB/s over ``passes`` reads of ``gib``
-    GiB (the graph compiles once, and MAX caches it)."""
-    from max.driver import CPU, Buffer
+    GiB (the graph compiles once, and MAX caches it), on the CPU or the GPU
+    (``device="gpu"``: the buffer in the card's memory, each pass timed until
+    the card is done)."""
+    from max.driver import CPU, Accelerator, Buffer
     from max.dtype import DType
     from max.engine import InferenceSession
     from max.graph import DeviceRef, Graph, TensorType, ops
 
-    with Graph("read_bandwidth", input_types=[TensorType(DType.float32, ["rows", ROW], device=DeviceRef.CPU())]) as g:
+    where = Accelerator() if device == "gpu" else CPU()
+    types = [TensorType(DType.float32, ["rows", ROW], device=DeviceRef.from_device(where))]
+    with Graph("read_bandwidth", input_types=types) as g:
         g.output(ops.sum(g.inputs[0], axis=-1))
-    model = InferenceSession(devices=[CPU()]).load(g)
-    data = Buffer.from_numpy(np.ones((max(1, int(gib * 2**30) // 4 // ROW), ROW), np.float32))
+    model = InferenceSession(devices=[where]).load(g)
+    data = Buffer.from_numpy(np.ones((max(1, int(gib * 2**30) // 4 // ROW), ROW), np.float32)).to(where)
     model.execute(data)
+    where.synchronize()
     best = float("inf")
     for _ in range(passes):
         start = time.perf_counter()
         model.execute(data)
+        where.synchronize()
         best = min(best, time.perf_counter() - start)
     return data.num_elements * 4 / best / 1e9
 

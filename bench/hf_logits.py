@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+import hf_sys_path  # noqa: F401  (bench/hf_sys_path.py: before transformers)
 import numpy as np
 import torch
 from transformers import GPT2LMHeadModel

@@ -14,6 +14,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import hf_sys_path  # noqa: F401  (bench/hf_sys_path.py: before transformers)
 import torch
 from transformers import GPT2LMHeadModel, GPT2TokenizerFast, TextIteratorStreamer
 

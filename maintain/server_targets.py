@@ -11,8 +11,9 @@ would allocate the cache on the device, which a virtual device cannot. The
 parameters are declared on the target's device when the module is built
 (the engine builds them on the host and moves them, an eager transfer that
 a virtual device refuses), which gives the same graph. float32 on a CPU;
-float32 and bfloat16 on a GPU: the architecture declares both, and
-``python -m serve`` serves float32 (model/device.py's bfloat16_note says why).
+on a GPU the app's precisions there (maintain/targets.py's GPU_DTYPES): the
+architecture declares float32 and bfloat16, and ``python -m serve`` serves
+float32 (model/device.py's bfloat16_fault says why).
 """
 
 from __future__ import annotations

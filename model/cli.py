@@ -13,8 +13,8 @@ import time
 import traceback
 from pathlib import Path
 
-from model.device import DEVICES, DTYPES, DeviceError, auto_note, bfloat16_note
-from model.options import LINEARS
+from model.device import BFLOAT16_FAULT, DEVICES, DTYPES, DeviceError, auto_note
+from model.options import LINEARS, REPLAY_ENV
 from model.sampling import Sampling
 from tasks import task_command  # the command as the learner runs tasks (pixi or tasks.py)
 
@@ -61,7 +61,8 @@ def parser() -> argparse.ArgumentParser:
                    help="auto takes a GPU when MAX sees one (the CPU on macOS, where no Apple GPU has run the graph "
                         "yet; default: auto)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,
-                   help="auto: float32 (CPU and GPU); bfloat16 is GPU-only, not the default there (docs/gpu.md); "
+                   help="auto: float32 (CPU and GPU); bfloat16 is GPU-only, and refused there under a MAX release "
+                        f"known to compute it wrong (MAX 26.7: {BFLOAT16_FAULT}; docs/gpu.md); "
                         "q6_k / q4_0: 6- or 4-bit weights on the CPU, ~3x faster decoding, text close to but not "
                         "equal to float32's; "
                         "q8_0: 8-bit weights on this project's kernel, greedy text equal to float32's on trained "
@@ -70,6 +71,10 @@ def parser() -> argparse.ArgumentParser:
                    help="float32 on the CPU: custom = this project's Mojo kernel for few rows "
                         "(model/layers/few_rows.py: decoding ~1.2x faster than MAX's matmul); course = step 04's "
                         "nn.Linear (MAX's matmul) (default: custom)")
+    p.add_argument("--no-replay", dest="replay", action="store_false",
+                   help="on a GPU: run every decode step as a plain graph call over the in-place cache, not "
+                        "replayed from a device graph captured at the first step (as "
+                        f"{REPLAY_ENV}=0; docs/gpu.md)")
     p.add_argument("--impl", default="solutions", choices=("solutions", "steps"),
                    help="which code builds the model: the reference solutions, or your own steps/ files")
     output = p.add_mutually_exclusive_group()
@@ -240,9 +245,8 @@ def run(argv: list[str] | None = None) -> int:
     if (note := auto_note(args.device)) and not (args.quiet or args.json):
         print(f"[{note}]", file=err)
     try:
-        options = BuildOptions(impl=args.impl, device=args.device, dtype=args.dtype, linear=args.linear)
-        if (note := bfloat16_note(options.placement)) and not (args.quiet or args.json):
-            print(f"[{note}]", file=err)
+        options = BuildOptions(impl=args.impl, device=args.device, dtype=args.dtype, linear=args.linear,
+                               **({} if args.replay else {"replay": False}))  # else GPT2_MAX_REPLAY's
         with interrupt_ends_at_once():
             gpt2 = load_gpt2(checkpoint, options)
     except (WeightsError, DeviceError) as exc:

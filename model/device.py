@@ -2,10 +2,13 @@
 
 ``--device auto`` takes an accelerator when MAX sees one, else the CPU.
 ``--dtype auto`` is float32 on the CPU and on a GPU. bfloat16, a GPU's fast
-precision, is there on request, with a line saying why it is not the default:
-on an H200, MAX 26.7's bfloat16 matmuls gave wrong results where several
-rows go through at once (a prompt's tokens, a batch's sequences) while one row
-at a time was right (docs/gpu.md). bfloat16 on the CPU is refused: MAX 26.7 fuses GPT-2's layer
+precision, is refused on a GPU under a MAX release known to compute it wrong:
+MAX 26.7's bfloat16 matmuls gave wrong results on an H200 and an H100 where
+several rows go through at once (a prompt's tokens, a batch's sequences) while
+one row at a time was right (modular/modular#6883; docs/gpu.md,
+docs/decisions/0011-bfloat16-refused-on-faulty-max.md). A release not in
+BFLOAT16_FAULTY_MAX runs it, and tests/test_gpu.py's probes say whether it is
+right there. bfloat16 on the CPU is refused: MAX 26.7 fuses GPT-2's layer
 norm into a CPU kernel that fails to compile in bf16 (its epsilon must be
 float32), and CPUs without AVX512-BF16 ran bf16 matmuls 5x slower than fp32.
 ``--dtype q8_0``, ``q6_k``, ``q4_0`` and ``q4_0m`` are the CPU's reduced precisions
@@ -95,16 +98,29 @@ def auto_note(device: str) -> str | None:
 
 
 # What ``--dtype auto`` runs on each kind of device, and what the server and
-# CI's GPU compile use: float32 on a GPU too (bfloat16_note says why).
+# CI's GPU compile use: float32 on a GPU too (bfloat16_fault says why).
 AUTO_DTYPE = {"cpu": "float32", "gpu": "float32"}
 
+# The MAX releases (major.minor) whose bfloat16 matmuls on a GPU give wrong results wherever
+# several rows go through at once: bfloat16 is refused on a GPU under them. Another release is
+# let through, and `pixi run test-gpu`'s probes (tests/test_gpu.py) fail there if it is wrong too.
+BFLOAT16_FAULTY_MAX = ("26.7",)
+BFLOAT16_FAULT = "modular/modular#6883"  # MAX's issue: bfloat16 matmuls wrong at several rows
 
-def bfloat16_note(placement: Placement) -> str | None:
-    """A line for the user when a GPU runs bfloat16 (asked for by name), else None."""
-    if placement.kind == "gpu" and placement.dtype == "bfloat16":
-        return ("bfloat16 on a GPU: MAX 26.7's bfloat16 matmuls gave wrong results for several rows at once "
-                "(a prompt, a batch) on an H200; float32 is the default there (docs/gpu.md)")
-    return None
+
+def bfloat16_fault(max_version: str | None = None) -> str | None:
+    """Why a GPU refuses bfloat16 under MAX ``max_version`` (default: the
+    installed one), in one line; None where that release is not known to
+    compute it wrong."""
+    if max_version is None:
+        from artifacts.facts import max_version as installed
+
+        max_version = installed()
+    release = ".".join(max_version.split(".")[:2])
+    if release not in BFLOAT16_FAULTY_MAX:
+        return None
+    return (f"--dtype bfloat16 is refused on a GPU under MAX {max_version}: its bfloat16 matmuls give wrong "
+            f"results where several rows go through at once ({BFLOAT16_FAULT}); use float32 (docs/gpu.md)")
 
 
 def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None = None) -> Placement:
@@ -123,6 +139,8 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
     if kind == "cpu" and dtype == "bfloat16":
         raise DeviceError("--dtype bfloat16 runs on a GPU only; on the CPU use float32, q8_0, q6_k, q4_0 or q4_0m "
                           "(MAX 26.7's CPU layer norm does not compile in bf16)")
+    if kind == "gpu" and dtype == "bfloat16" and (fault := bfloat16_fault()):
+        raise DeviceError(fault)
     if kind == "gpu" and dtype in QUANTIZED_DTYPES:
         raise DeviceError(f"--dtype {dtype} runs on the CPU only (MAX 26.7's quantized matmuls and this project's "
                           "Q8_0 kernel are CPU code); on a GPU use bfloat16 or float32")

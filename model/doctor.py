@@ -26,7 +26,7 @@ SUPPORT = {
 # How far each GPU architecture is proven, by the name MAX gives it; the same page holds the evidence.
 GPU_SUPPORT = {
     "sm_90a": "run: float32 (the default) on an H200 and an H100, equal to HF on the card; bfloat16 is wrong "
-              "over several rows at once with MAX 26.7, so it is only on request",
+              "over several rows at once with MAX 26.7 (modular/modular#6883), so it is refused there",
     "sm_80": "compiled, not run: the targets check compiles it by hand; no A100 has run it",
     "sm_89": "compiled, not run: the targets check compiles it by hand; no L4 or RTX 40 has run it",
 }

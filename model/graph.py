@@ -13,7 +13,12 @@ are the rows this call writes (start, end), the cached length as a shape
 writes in place; with step 07's own ConcatCache (``cache="concat"``, the
 teaching block, kept beside the in-place one to prove both give the same
 tokens: tests/test_kv_cache.py) the cached keys and values go in and the
-concatenated ones come out. It returns the logits [batch, k, vocab]
+concatenated ones come out; with the static cache (``cache="static"``,
+InPlaceGraph's capture-safe twin: StaticGraph) the inputs are the cached
+length as a device value (past) and the 2 * n_layer buffers, read and
+written over their whole capacity, so that a decode step's launches do not
+depend on the length and a GPU can replay them (model/runtime.py). It
+returns the logits [batch, k, vocab]
 (float32) and, when built with ``attention_layer``, that layer's
 probabilities. Batch, sequence and cache lengths are symbolic: one compiled
 graph prefills a prompt of any length and decodes, for the whole process.
@@ -28,7 +33,7 @@ from max.dtype import DType
 from max.experimental import nn
 
 from model.course import Course
-from model.kv_cache import InPlaceCache
+from model.kv_cache import InPlaceCache, StaticCache
 from model.layers import linear_maker
 from model.options import BuildOptions
 
@@ -106,11 +111,47 @@ class InPlaceGraph(_Graph):
         return self.outputs(self.lm(ids, caches, positions))
 
 
+class StaticGraph(_Graph):
+    """Step 11's model over static cache buffers (model/kv_cache.py's
+    StaticCache): ids, positions, the cached length as an int64 [1] device
+    value (past), 2 * n_layer buffers in; the logits out. Every input is a
+    device buffer and no shape carries the length, so the launches of a call
+    depend only on the shapes of batch, seq and capacity: a GPU captures a
+    decode step once per batch size and replays it (model/runtime.py).
+
+    Only the top of the forward is the graph's own, as the server's is
+    (serve/network.py): step 10 hands the cached length to step 06's
+    embedding, whose ``Tensor.arange`` takes its bounds on the host, and here
+    the length is a device value. So step 06's forward gives every
+    position's vector and the rows at past .. past + seq are gathered from
+    them; then step 10's blocks (each with its layer's cache) and ``ln_f``,
+    and step 11's head on the rows ``positions`` names, as steps 10 and 11
+    call them."""
+
+    def __init__(self, lm, kit: Course, attention_layer: int | None, vocab_size: int) -> None:
+        if attention_layer is not None:
+            raise ValueError("the static cache builds no attention map (build it with cache='in_place')")
+        super().__init__(lm, attention_layer, vocab_size)
+
+    def forward(self, ids, positions, past, *buffers):
+        from max.experimental import functional as F
+
+        t = self.lm.transformer
+        every = t.wpe(int(t.wpe.weight.shape[0]), 0)  # step 06's vector of each position of the window
+        rows = past + F.arange(0, ids.shape[1], dtype=DType.int64, device=every.device)
+        x = t.wte(ids) + F.gather(every, rows, axis=0)
+        for block, keys, values in zip(t.h, buffers[0::2], buffers[1::2], strict=True):
+            x = block(x, StaticCache(keys, values, past))
+        return self.outputs(self.lm.lm_head(t.ln_f(F.gather(x, positions, axis=1))))
+
+
+GRAPHS = {"in_place": InPlaceGraph, "static": StaticGraph, "concat": ConcatGraph}
+
+
 def wrap(lm, kit: Course, options: BuildOptions, vocab_size: int):
-    """The graph module around ``lm`` for ``options.cache``, its logits
+    """The graph module around ``lm`` for the options' cache, its logits
     ``vocab_size`` wide (the checkpoint's vocabulary)."""
-    graph = InPlaceGraph if options.cache == "in_place" else ConcatGraph
-    return graph(lm, kit, options.attention_layer, vocab_size)
+    return GRAPHS[options.kv_cache](lm, kit, options.attention_layer, vocab_size)
 
 
 # Every graph is traced under one name: what it computes is in its body
@@ -177,7 +218,14 @@ def input_types(config, options: BuildOptions) -> list:
     device = placement.max_device()
     ids_type = TensorType(DType.int64, ["batch", "seq"], device=device)
     positions_type = TensorType(DType.int64, ["scored"], device=device)
-    if options.cache == "in_place":
+    if options.kv_cache == "static":
+        from max.graph import BufferType
+
+        past = TensorType(DType.int64, [1], device=device)  # a device value: a replay reads it again
+        buffer = BufferType(placement.max_dtype(), ["batch", config.n_head, "capacity", config.head_dim],
+                            device=device)
+        cache_types = [past] + [buffer] * (2 * config.n_layer)
+    elif options.kv_cache == "in_place":
         from max.driver import CPU
         from max.graph import BufferType
 

@@ -55,7 +55,9 @@ gpt2_arch = SupportedArchitecture(
     weight_adapters={},
     config=GPT2ServeConfig,
     memory_planner=PagedMemoryPlanner,
-    # Both need a GPU; the CPU path (and this model) runs without them.
+    # Both need a GPU; the CPU path (and this model) runs without them. Capture brings the overlap
+    # scheduler, which gave no more tokens a second on a GPU, and is unmeasured here: docs/serving.md's
+    # "Device graph capture" says what would declare it (--serve-flag=--device-graph-capture turns it on).
     supports_overlap_scheduler=False,
     supports_device_graph_capture=False,
     # python -m serve --echo scores every position (serve/model.py's

@@ -149,7 +149,7 @@ def host_array(buffer: Buffer | np.ndarray) -> np.ndarray:
 
 class GPT2PipelineModel(ModuleV3PipelineModelWithKVCache[TextContext]):
     """GPT-2 for ``max serve``: float32 on the CPU and on a GPU (``python -m
-    serve`` serves no bfloat16: model/device.py's bfloat16_note says why).
+    serve`` serves no bfloat16: model/device.py's bfloat16_fault says why).
 
     ``compute_log_probabilities`` answers a request's ``logprobs`` (without
     it the engine returns ``null`` for them), from each sequence's last

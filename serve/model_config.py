@@ -51,9 +51,9 @@ class GPT2ServeConfig(ArchConfigWithStoredKVParams, ArchConfigWithKVCache):
     """The engine's view of one GPT-2 checkpoint."""
 
     # float32 is what `python -m serve` runs, on the CPU and on a GPU (and what
-    # the app's tests compare against Hugging Face in); bfloat16 is declared, and
-    # compiles for a GPU (maintain/server_targets.py), but is not served: model/device.py's
-    # bfloat16_note says why.
+    # the app's tests compare against Hugging Face in); bfloat16 is declared (and compiled for a GPU by
+    # maintain/server_targets.py under a MAX that computes it right), but is not served: model/device.py's
+    # bfloat16_fault says why.
     DEFAULT_ENCODING: ClassVar[SupportedEncoding] = "float32"
     SUPPORTED_ENCODINGS: ClassVar[set[SupportedEncoding]] = {"float32", "bfloat16"}
 

@@ -103,7 +103,7 @@ def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monk
     import bench.__main__ as bench
     from bench import llama_cpp
 
-    def fake_child(folder, dtype, device, reps, new_tokens, linear="custom"):
+    def fake_child(folder, dtype, device, reps, new_tokens, linear="custom", replay=True):
         if dtype == "q6_k":
             raise RuntimeError("q6_k: something broke")
         return {"dtype": dtype, "device": "cpu", "compile_s": 1.0, "start_to_first_token_s": 2.0,
@@ -123,21 +123,30 @@ def test_a_failing_precision_is_reported_and_the_others_still_run(tmp_path, monk
     assert [r["dtype"] for r in json.loads(out.read_text())["ours"]] == ["float32", "q8_0", "q4_0", "q4_0m"]
 
 
-def test_a_gpu_bench_names_bfloat16_s_fault_and_no_gpu_is_refused_first(tmp_path, monkeypatch, capsys):
-    """On a GPU the bench measures bfloat16 beside float32 and says, once,
-    why bfloat16 is not the default there; --device gpu where MAX sees none
-    is refused before anything is measured."""
+def test_a_gpu_bench_refuses_bfloat16_under_a_faulty_max_and_no_gpu_is_refused_first(tmp_path, monkeypatch, capsys):
+    """On a GPU the bench measures float32, and bfloat16 beside it only under
+    a MAX not known to compute it wrong; asked for under a faulty one, it is
+    refused naming MAX's fault, before anything is measured. Every GPU run
+    measures the card's read bandwidth and gives the weights' reads as a share
+    of it; HF runs eager and compiled there. --device gpu where MAX sees none
+    is refused first. --no-replay reaches each precision's child."""
     import bench.__main__ as bench
     from bench import llama_cpp
 
-    measured = []
+    measured, hf_runs = [], []
 
-    def fake_child(folder, dtype, device, reps, new_tokens, linear="custom"):
-        measured.append(dtype)
+    def fake_child(folder, dtype, device, reps, new_tokens, linear="custom", replay=True):
+        measured.append((dtype, replay))
         return {"dtype": dtype, "device": device, "compile_s": 1.0, "start_to_first_token_s": 2.0,
-                "prefill_ms": {"16": 3.0}, "decode_tok_s": {"1": 600.0}}
+                "prefill_ms": {"16": 3.0}, "decode_tok_s": {"1": 600.0}, "weight_gb_s": 300.0, "replay": replay}
+
+    def fake_hf(python, folder, reps, new_tokens, device, dtype, mode):
+        hf_runs.append((dtype, mode))
+        return {"dtype": dtype, "mode": mode, "device": "cuda", "decode_tok_s": {"1": 200.0}, "weight_gb_s": 100.0}
 
     monkeypatch.setattr(bench, "measure_ours_in_child", fake_child)
+    monkeypatch.setattr(bench, "measure_hf", fake_hf)
+    monkeypatch.setattr(bench, "card_read_gb_s", lambda: 4000.0)
     monkeypatch.setattr(llama_cpp, "built", lambda: None)
     monkeypatch.delenv("GPT2_MAX_HF_PYTHON", raising=False)
     monkeypatch.delenv("GPT2_MAX_LLAMA_CPP", raising=False)
@@ -147,9 +156,32 @@ def test_a_gpu_bench_names_bfloat16_s_fault_and_no_gpu_is_refused_first(tmp_path
         bench.main(["--model", str(folder), "--device", "gpu", "--json", str(tmp_path / "none.json")])
     assert "MAX sees no accelerator" in capsys.readouterr().err and measured == []
     monkeypatch.setattr("model.device.accelerator_count", lambda: 1)
-    assert bench.main(["--model", str(folder), "--device", "gpu", "--json", str(tmp_path / "r.json")]) == 0
-    assert measured == ["float32", "bfloat16"]
-    assert capsys.readouterr().err.count("bfloat16 on a GPU: MAX 26.7's bfloat16 matmuls") == 1
+    monkeypatch.setattr("model.device.bfloat16_fault", lambda: "MAX's fault (modular/modular#6883)")
+    with pytest.raises(SystemExit):
+        bench.main(["--model", str(folder), "--device", "gpu", "--dtypes", "bfloat16", "--json", str(tmp_path / "b")])
+    assert "modular/modular#6883" in capsys.readouterr().err and measured == []
+    out = tmp_path / "r.json"
+    assert bench.main(["--model", str(folder), "--device", "gpu", "--hf-python", "python", "--json", str(out)]) == 0
+    assert measured == [("float32", True)] and hf_runs == [("float32", "eager"), ("float32", "compiled")]
+    printed = capsys.readouterr().out
+    assert "the card reads 4000 GB/s" in printed and "decode replayed from a captured device graph" in printed
+    share = next(line for line in printed.splitlines() if line.strip().startswith("of the card's read"))
+    assert share.split()[5:8] == ["7.5", "2.5", "2.5"]  # 300, 100 and 100 GB/s of 4000
+    header = next(line for line in printed.splitlines() if line.startswith("figure"))
+    assert "hf float32 compiled" in header and "vs hf float32 compiled" in header
+    assert json.loads(out.read_text())["card_read_gb_s"] == 4000.0
+    monkeypatch.setattr("model.device.bfloat16_fault", lambda: None)  # a MAX that computes it right
+    measured.clear()
+    assert bench.main(["--model", str(folder), "--device", "gpu", "--no-replay", "--json", str(out)]) == 0
+    assert measured == [("float32", False), ("bfloat16", False)]
+
+
+def test_hf_s_command_names_its_mode_and_device():
+    from bench.__main__ import hf_command
+
+    command = hf_command("py", Path("m"), 3, 128, "gpu", "float32", "compiled")
+    assert command[:2] == ["py", str(ROOT / "bench" / "hf_baseline.py")]
+    assert " ".join(command[2:]).endswith("--device cuda --dtype float32 --mode compiled")
 
 
 def test_rounds_are_merged_into_medians_and_each_round_s_ratio_is_printed(tmp_path, monkeypatch, capsys):
@@ -161,7 +193,7 @@ def test_rounds_are_merged_into_medians_and_each_round_s_ratio_is_printed(tmp_pa
 
     speed = iter([60.0, 90.0, 75.0])  # our float32 decode in rounds 1, 2, 3
 
-    def fake_child(folder, dtype, device, reps, new_tokens, linear="custom"):
+    def fake_child(folder, dtype, device, reps, new_tokens, linear="custom", replay=True):
         return {"dtype": dtype, "device": "cpu", "linear": linear, "compile_s": 1.0, "start_to_first_token_s": 2.0,
                 "prefill_ms": {"16": 30.0}, "decode_tok_s": {"1": next(speed)}}
 
@@ -261,6 +293,20 @@ def test_serve_bench_names_its_baseline():
 
 
 HF_PYTHON = os.environ.get("GPT2_MAX_HF_PYTHON")
+
+
+@pytest.mark.skipif(not HF_PYTHON, reason="needs an interpreter with torch + transformers: GPT2_MAX_HF_PYTHON")
+def test_hf_s_compiled_generation_runs_compiled_and_its_eager_one_does_not(tmp_path):
+    """bench/hf_baseline.py's two modes on a tiny checkpoint, on the CPU (the
+    GPU run passes --device cuda): the compiled one's forward ran as graphs
+    torch.compile made, the eager one's as Python; both give figures."""
+    from bench.__main__ import measure_hf
+
+    folder = write_checkpoint(tmp_path / "m", dict(SIZES, vocab_size=512, n_positions=1024), seed=5)  # 512 prefilled
+    eager, compiled = (measure_hf(HF_PYTHON, folder, 1, 6, "cpu", "float32", mode) for mode in ("eager", "compiled"))
+    assert eager["mode"] == "eager" and eager["compiled_graphs"] == 0
+    assert compiled["mode"] == "compiled" and compiled["compiled_graphs"] >= 1
+    assert compiled["decode_tok_s"]["1"] > 0 and compiled["weight_gb_s"] > 0
 
 
 @pytest.mark.skipif(not HF_PYTHON, reason="needs an interpreter with torch + transformers: GPT2_MAX_HF_PYTHON")
@@ -731,3 +777,46 @@ def test_graphs_built_apart_become_one_unit_to_compile():
 
     module = one_module(matmul_graphs(3))
     assert module.top_level_graph_names() == ["matmul0", "matmul1", "matmul2"]
+
+
+def test_every_gpu_stage_names_only_options_its_program_takes(tmp_path):
+    """bench/gpu.py's commands, checked here where no GPU is: every option a
+    stage gives one of this project's programs is in that program's --help."""
+    import re
+    import sys
+
+    from conftest import run_python
+
+    from bench.gpu import stages
+
+    plan = stages(sys.executable, "hf-python", tmp_path)
+    helps = {}
+    for commands in plan.values():
+        for command in commands:
+            if command[:2] != [sys.executable, "-m"] or command[2] == "pytest":
+                continue
+            program = command[2]
+            if program not in helps:
+                done = run_python("-m", program, "--help", timeout=120)
+                assert done.returncode == 0, done.stderr[-2000:]
+                helps[program] = set(re.findall(r"--[a-z][a-z0-9-]*", done.stdout))
+            options = {part.split("=")[0] for part in command[3:] if part.startswith("--")}
+            assert options <= helps[program], (program, options - helps[program])
+    assert set(helps) == {"model", "bench", "bench.accuracy", "bench.serve"}
+    assert {"check", "bench", "bench-plain", "bench-xl", "bench-xl-compiled", "bench-xl-plain", "bench-serve",
+            "serve-capture", "serve-steps"} <= set(plan)
+
+
+def test_a_gpu_stage_logs_each_line_timed_and_says_its_first_failure(tmp_path):
+    import sys
+
+    from bench.gpu import run
+
+    plan = {"one": [[sys.executable, "-c", "print('first'); print('second')"],
+                    [sys.executable, "-c", "import sys; sys.exit(3)"]],
+            "two": [[sys.executable, "-c", "import sys; sys.exit(4)"]]}
+    assert run(["one", "two"], plan, tmp_path / "logs") == 3
+    log = (tmp_path / "logs" / "one.log").read_text()
+    assert "s] first" in log and "s] second" in log and "one: exit 3 in" in log
+    summary = (tmp_path / "logs" / "summary.txt").read_text().splitlines()
+    assert [line.split(" in ")[0] for line in summary] == ["one: exit 0", "one: exit 3", "two: exit 4"]

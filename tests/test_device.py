@@ -13,7 +13,6 @@ from model.device import DeviceError, Placement, accelerator_count, choose
     ("auto", "auto", 1, Placement("gpu", "float32")),
     ("cpu", "auto", 1, Placement("cpu", "float32")),
     ("gpu", "auto", 2, Placement("gpu", "float32")),
-    ("gpu", "bfloat16", 1, Placement("gpu", "bfloat16")),
     ("gpu", "float32", 1, Placement("gpu", "float32")),
     ("auto", "float32", 1, Placement("gpu", "float32")),
     ("cpu", "q4_0", 1, Placement("cpu", "q4_0")),
@@ -130,16 +129,25 @@ def test_auto_takes_the_cpu_on_macos_and_says_so(monkeypatch):
     assert device.choose("auto", "auto", accelerators=1).kind == "gpu" and device.auto_note("auto") is None
 
 
-def test_a_gpu_runs_float32_unless_bfloat16_is_asked_for_and_says_why():
-    """bfloat16 is not a GPU's default: MAX 26.7's bfloat16 matmuls gave wrong
-    results for several rows at once on an H200 (docs/gpu.md). Asked for by
-    name it runs, with a line that says so; float32 and the CPU get none."""
-    from model.device import bfloat16_note
+def test_bfloat16_on_a_gpu_is_refused_under_a_max_that_computes_it_wrong(monkeypatch):
+    """A GPU runs float32 unless bfloat16 is asked for; under a MAX release
+    known to give wrong bfloat16 matmuls (26.7: modular/modular#6883) it is
+    refused in one line naming the fault and the release; under another
+    release it runs, and tests/test_gpu.py's probes judge it."""
+    from model import device
 
     assert choose("gpu", "auto", accelerators=1).dtype == "float32"
-    assert "docs/gpu.md" in bfloat16_note(choose("gpu", "bfloat16", accelerators=1))
-    assert bfloat16_note(choose("gpu", "float32", accelerators=1)) is None
-    assert bfloat16_note(choose("cpu", "auto", accelerators=1)) is None
+    why = device.bfloat16_fault("26.7.0")
+    assert "modular/modular#6883" in why and "MAX 26.7.0" in why and "\n" not in why
+    assert device.bfloat16_fault("26.7.3") is not None and device.bfloat16_fault("26.8.0") is None
+    assert device.bfloat16_fault("27.1.0") is None
+    if device.bfloat16_fault() is not None:  # the installed MAX (pyproject.toml pins 26.7)
+        with pytest.raises(DeviceError, match="modular/modular#6883"):
+            choose("gpu", "bfloat16", accelerators=1)
+    monkeypatch.setattr(device, "bfloat16_fault", lambda max_version=None: None)  # a release without the fault
+    assert choose("gpu", "bfloat16", accelerators=1) == Placement("gpu", "bfloat16")
+    with pytest.raises(DeviceError, match="bfloat16 runs on a GPU only"):
+        choose("cpu", "bfloat16", accelerators=1)
 
 
 def test_the_suite_runs_with_the_gpus_hidden():

@@ -202,7 +202,7 @@ def test_the_linear_choice_reaches_the_engine(monkeypatch):
     assert linear_maker(custom) is FewRowsLinear
     assert linear_maker(BuildOptions(device="cpu", dtype="float32", linear="course")) is None  # nn.Linear
     monkeypatch.setattr("model.device.accelerator_count", lambda: 1)  # as on a GPU machine
-    assert linear_maker(BuildOptions(device="gpu", dtype="bfloat16")) is None
+    assert linear_maker(BuildOptions(device="gpu", dtype="float32")) is None
     monkeypatch.setenv(OPTIONS, '{"linear": "fast"}')
     with pytest.raises(ValueError, match="linear must be one of"):
         served_options()
