@@ -67,11 +67,12 @@ comptime Q = 32  # weights per Q8_0 block
 # 8 independent streams in flight per step (4 was slower, 12 and 16 no better).
 comptime ROWS = 8
 comptime TASKS = 8  # bands of rows for a static split (flush_in_parallel: a prompt's scratch into y)
-# The ops deal their rows to the cores a chunk at a time from a shared atomic
-# counter, one task per core, instead of 8 fixed bands: inside the model a
-# core that wakes late or reads slower then takes fewer chunks, where with
-# fixed bands every matmul waited for its slowest band. A chunk is kept at
-# ~25-100 KB of weights so the counter's ~0.1 us is noise.
+# The ops deal their rows to the cores a chunk at a time (deal()): each core
+# takes the chunks of its own contiguous share first, so its weights stream
+# from one place, then what is left of the others', so a core that wakes late
+# or reads slower takes fewer, where with fixed bands every matmul waited for
+# its slowest band. A chunk is kept at ~25-100 KB of weights so a counter's
+# ~0.1 us is noise.
 comptime CHUNK = 32  # f32 one-row path: rows a core takes at a time
 comptime WIDE_CHUNK = 24  # f32 few-rows path: rows a core takes at a time (8 groups of WIDE_ROWS)
 comptime OUT = 32  # columns of a chunk's output buffer: max(CHUNK, WIDE_CHUNK)
@@ -82,7 +83,10 @@ comptime MAX_WORKERS = 512  # cores an op deals its work to, at most
 @always_inline
 def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, chunk: Int, ctx: DeviceContext):
     """body(start, end) over [0, items) in chunks of ``chunk``, one task per
-    core, each task taking the next chunk from a shared atomic counter."""
+    core, started as MAX's own kernels start theirs (sync_parallelize with
+    the op's device context: a cheaper boundary between chained ops than
+    parallelize without it). Each task takes the next chunk of its own
+    contiguous share from that share's counter, then of the other shares."""
     var chunks = (items + chunk - 1) // chunk
     var workers = min(chunks, num_logical_cores(), MAX_WORKERS)
     var run = UnsafePointer(to=body)  # captured by address: a closure is not copyable
