@@ -27,8 +27,8 @@ def required_arguments(echo: bool) -> dict[str, bool]:
         # logs that it ignores them.
         "enable_penalties": True,
         # PipelineRuntimeConfig: new requests' prefill joins the running
-        # decode step instead of waiting for one of its own: more output
-        # tokens a second at 32 clients, even at 1 and 8 (docs/serving.md).
+        # decode step instead of waiting for one of its own (docs/serving.md
+        # has the served figures with it on).
         "enable_in_flight_batching": True,
     }
     if echo:
