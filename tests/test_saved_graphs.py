@@ -253,11 +253,14 @@ def linear_other(width: int, seed: int):
     from max.dtype import DType
     from max.experimental import functional as F
     from max.experimental import nn
+    from max.experimental.tensor import default_device, default_dtype
     from max.graph import TensorType
 
     from model.together import Other
 
-    with F.lazy():
+    # The dtype and device set, as every build sets them: MAX's defaults are
+    # process state, which another test in the same process may have changed.
+    with F.lazy(), default_dtype(DType.float32), default_device(CPU()):
         module = nn.Linear(4, width)
     rng = np.random.default_rng(seed)
     weights = {"weight": rng.standard_normal((width, 4)).astype(np.float32),
