@@ -279,7 +279,16 @@ def test_a_graph_that_is_not_a_model_s_is_named_by_what_it_computes(new_project_
     assert linear_other(3, 1).name == first.name
     assert linear_other(5, 0).name != first.name
     assert first.saved() is None
-    child = run_python("-c", "import sys; sys.path.insert(0, 'tests'); from test_saved_graphs import linear_other; "
-                       "print(linear_other(3, 2).name)")
+    child = run_python("-c", "import sys; sys.path.insert(0, 'tests'); from test_saved_graphs import linear_other, "
+                       "name_parts; print(name_parts()); print(linear_other(3, 2).name)")
     assert child.returncode == 0, child.stderr[-2000:]
-    assert child.stdout.split()[-1] == first.name
+    # On a mismatch, which of the name's parts differs between the two processes.
+    assert child.stdout.split()[-1] == first.name, (name_parts(), child.stdout.splitlines()[-2])
+
+
+def name_parts() -> str:
+    """What a unit's graph name is made of beside its traced body (model/together.py's Other.name)."""
+    from model.graph_source import kernels_digest
+    from model.saved_graphs import machine_facts
+
+    return json.dumps({**machine_facts(), "kernels": kernels_digest()}, sort_keys=True)
