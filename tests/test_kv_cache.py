@@ -27,15 +27,20 @@ def static():
     return load_gpt2(folder, device="cpu", cache="static", with_tokenizer=False)
 
 
+def assert_same_greedy(gpt2, other, ref) -> None:
+    """``gpt2`` and ``other`` give the reference's greedy tokens on its prompt, and logits within 1e-4."""
+    n = len(ref["greedy"][0])
+    tokens, logits = greedy(gpt2, ref["prompt"], n)
+    tokens_o, logits_o = greedy(other, ref["prompt"], n)
+    np.testing.assert_array_equal(tokens, tokens_o)
+    np.testing.assert_array_equal(tokens[0], ref["greedy"][0])
+    assert np.abs(logits - logits_o).max() <= 1e-4
+
+
 def test_in_place_and_concat_give_the_same_tokens(both):
     in_place, concat, ref = both
     assert in_place.cache == "in_place" and concat.cache == "concat"
-    n = len(ref["greedy"][0])
-    tokens, logits = greedy(in_place, ref["prompt"], n)
-    tokens_c, logits_c = greedy(concat, ref["prompt"], n)
-    np.testing.assert_array_equal(tokens, tokens_c)
-    np.testing.assert_array_equal(tokens[0], ref["greedy"][0])
-    assert np.abs(logits - logits_c).max() <= 1e-4
+    assert_same_greedy(in_place, concat, ref)
 
 
 def test_a_batch_of_two_and_a_long_prefill_then_decode(both):
@@ -50,12 +55,7 @@ def test_the_static_cache_gives_the_in_place_cache_s_logits_and_tokens(both, sta
     and the reference, batch 1 and 2, a long prefill then decoding."""
     in_place, _, ref = both
     assert static.cache == "static" and not static.options.replays  # the CPU runs it without capture
-    n = len(ref["greedy"][0])
-    tokens, logits = greedy(static, ref["prompt"], n)
-    tokens_i, logits_i = greedy(in_place, ref["prompt"], n)
-    np.testing.assert_array_equal(tokens, tokens_i)
-    np.testing.assert_array_equal(tokens[0], ref["greedy"][0])
-    assert np.abs(logits - logits_i).max() <= 1e-4
+    assert_same_greedy(static, in_place, ref)
     prompt = ref["ids"][:, :20]
     np.testing.assert_array_equal(greedy(static, prompt, 10)[0], greedy(in_place, prompt, 10)[0])
 
