@@ -187,3 +187,15 @@ def suite_graphs(request):
 def collected_files(request) -> set[str]:
     """The names of the test files this run collected (a unit compiles only what they load)."""
     return {item.path.name for item in request.session.items}
+
+
+@pytest.fixture(autouse=True)
+def no_process_state_left_behind():
+    """A test that sets model/cpu.py's process-wide as-shipped flag (what the server's engine
+    does for good) must restore it: the tests after it in the same process would name and
+    build graphs as for another CPU."""
+    from model import cpu
+
+    before = cpu._as_shipped
+    yield
+    assert cpu._as_shipped == before, "this test left model.cpu's as-shipped flag set: monkeypatch it"

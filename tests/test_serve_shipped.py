@@ -80,8 +80,12 @@ def test_the_engine_gets_the_graphs_unpacked_once(new_project_cache, monkeypatch
     monkeypatch.setattr(InferenceSession, "default_mef_store", None)
     monkeypatch.setenv(OPTIONS, json.dumps({"device": "cpu"}))
     monkeypatch.setattr(shipped.cpu, "native_path", lambda cpu_flags=None: "avx2")
+    # prepare() sets the process-wide as-shipped flag for good, as in the engine's process;
+    # monkeypatch restores it, so the tests after this one in the same process name graphs as this CPU's
+    monkeypatch.setattr(shipped.cpu, "_as_shipped", False)
     said = shipped.prepare()
     assert "shipped compiled graphs (x86-64-v3" in said and portable.USE not in said
+    assert shipped.cpu.one_row_path() == "auto"  # the graphs are built as they were shipped
     # a CPU whose own kernels take another path uses them too, and is told how to get its own
     monkeypatch.setattr(shipped.cpu, "native_path", lambda cpu_flags=None: "avx512-vnni")
     assert shipped.prepare().endswith(f"(this CPU's own kernel path is avx512-vnni, theirs avx2: {portable.USE}=0 "
