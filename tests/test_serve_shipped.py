@@ -22,6 +22,13 @@ from serve.model_config import OPTIONS
 V3 = shipped.TARGET.features()  # a CPU with exactly x86-64-v3's features: its own kernels take avx2
 
 
+@pytest.fixture(autouse=True)
+def engine_process_flag(monkeypatch):
+    """prepare() sets model.cpu's process-wide as-shipped flag for good, as the engine's
+    process must; restored after each test, so later tests in this process build this CPU's graphs."""
+    monkeypatch.setattr(shipped.cpu, "_as_shipped", False)
+
+
 def test_the_shipped_graphs_match_this_code(capsys):
     """A change to the server's model graph, the kernels or MAX makes this fail until they are made again."""
     for model in shipped.MODELS:
@@ -80,9 +87,6 @@ def test_the_engine_gets_the_graphs_unpacked_once(new_project_cache, monkeypatch
     monkeypatch.setattr(InferenceSession, "default_mef_store", None)
     monkeypatch.setenv(OPTIONS, json.dumps({"device": "cpu"}))
     monkeypatch.setattr(shipped.cpu, "native_path", lambda cpu_flags=None: "avx2")
-    # prepare() sets the process-wide as-shipped flag for good, as in the engine's process;
-    # monkeypatch restores it, so the tests after this one in the same process name graphs as this CPU's
-    monkeypatch.setattr(shipped.cpu, "_as_shipped", False)
     said = shipped.prepare()
     assert "shipped compiled graphs (x86-64-v3" in said and portable.USE not in said
     assert shipped.cpu.one_row_path() == "auto"  # the graphs are built as they were shipped
