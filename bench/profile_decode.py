@@ -6,11 +6,18 @@ the Python around it in ``step`` (input buffers, the cache, the logits to
 numpy), and choosing the token (``model/sampling.py``). Medians over ``--steps`` steps after a
 ``--context``-token prefill (default 16; 896 for the bench's long-context figure). Default: the
 bench's random GPT-2 124M checkpoint, float32 on the CPU.
+
+``--without layer_norm attention``: what those blocks cost of a step. A second model is built
+with each named block's output its input (step 03's layer norms; step 07's attention weights
+times v: q passes through), so its tokens are wrong but every other op is the same; the two
+graphs' steps are timed alternately over ``--rounds`` (this machine's speed drifts between
+minutes) and the medians printed side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -32,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=16, help="tokens prefilled before the timed steps (default: 16)")
     p.add_argument("--linear", choices=LINEARS, default="custom",
                    help="custom: the project's few-rows kernels (model/layers/few_rows.py); course: nn.Linear")
+    p.add_argument("--without", nargs="+", choices=sorted(LEFT_OUT), default=[], metavar="BLOCK",
+                   help=f"also time a graph with these blocks left out ({', '.join(sorted(LEFT_OUT))}), alternated "
+                        "with the whole one: what they cost of a step (its tokens are wrong)")
+    p.add_argument("--rounds", type=int, default=5, help="alternations with --without (default: 5)")
     args = p.parse_args(argv)
     os.environ[USE] = "0"  # this CPU's own graphs, never one shipped for first runs (model/graph_source.py)
     from bench.common import random_checkpoint
@@ -39,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     from model.sampling import Sampling, next_token
 
     folder = Path(args.model) if args.model else random_checkpoint("gpt2")
-    gpt2 = load_gpt2(folder, BuildOptions(device="cpu", dtype=args.dtype, linear=args.linear), with_tokenizer=False)
+    options = BuildOptions(device="cpu", dtype=args.dtype, linear=args.linear)
+    gpt2 = load_gpt2(folder, options, with_tokenizer=False)
+    if args.context + args.steps > gpt2.config.n_positions:
+        p.error(f"--context + --steps must fit the {gpt2.config.n_positions}-position window")
+    if args.without:
+        return compare_without(gpt2, folder, options, args)
     graph_seconds: list[float] = []
     model = gpt2.compiled.engine_model
 
@@ -53,8 +69,6 @@ def main(argv: list[str] | None = None) -> int:
 
     gpt2.compiled = SimpleNamespace(engine_model=Timed())
     greedy, rng = Sampling(temperature=0.0, top_k=None), np.random.default_rng(0)
-    if args.context + args.steps > gpt2.config.n_positions:
-        p.error(f"--context + --steps must fit the {gpt2.config.n_positions}-position window")
     prompt = np.arange(args.context)[None] % gpt2.config.vocab_size
     logits, cache = gpt2.step(prompt, gpt2.empty_cache(1, args.context + args.steps))
     token = next_token(logits[0], greedy, rng)
@@ -77,6 +91,74 @@ def main(argv: list[str] | None = None) -> int:
         ms = statistics.median(values) * 1000
         print(f"  {key:<36}{ms:8.2f} ms  {ms / total / 10:5.1f}%")
     print(f"  => {1 / total:.1f} tokens/s")
+    return 0
+
+
+# What --without leaves out: the method replaced and what stands in for it (its input, passed through).
+LEFT_OUT = {
+    "layer_norm": ("solutions.solution_03", "LayerNorm", "forward", lambda self, x: x),
+    "attention": ("solutions.solution_07", "GPT2MultiHeadAttention", "_attn", lambda self, q, k, v, mask: q),
+}
+
+
+@contextlib.contextmanager
+def left_out(blocks: list[str]):
+    """The course's classes with ``blocks`` passing their input through, while a graph is built;
+    its saved graph's name says so (a name is a digest of the course's sources, which this leaves
+    as they are: without it the whole graph saved under that name would be loaded)."""
+    import importlib
+
+    from model import saved_graphs
+
+    kept = []
+    try:
+        for block in blocks:
+            module, cls, method, stand_in = LEFT_OUT[block]
+            owner = getattr(importlib.import_module(module), cls)
+            kept.append((owner, method, getattr(owner, method)))
+            setattr(owner, method, stand_in)
+        named = saved_graphs.graph_name
+        kept.append((saved_graphs, "graph_name", named))
+        saved_graphs.graph_name = lambda *a, **k: f"{named(*a, **k)}_without_{'_'.join(sorted(blocks))}"
+        yield
+    finally:
+        for owner, method, original in reversed(kept):
+            setattr(owner, method, original)
+
+
+def compare_without(whole, folder: Path, options, args) -> int:
+    """The ``whole`` model's step against one built with ``args.without`` left out, alternated."""
+    from model.gpt2 import load_gpt2
+
+    models = {"whole step": whole}
+    with left_out(args.without):
+        models[f"without {' and '.join(args.without)}"] = load_gpt2(folder, options, with_tokenizer=False)
+    prompt = np.arange(args.context)[None] % models["whole step"].config.vocab_size
+
+    def step_ms(gpt2) -> float:
+        logits, cache = gpt2.step(prompt, gpt2.empty_cache(1, args.context + args.steps))
+        token = np.array([[int(logits[0].argmax())]])
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            logits, cache = gpt2.step(token, cache)
+            times.append(time.perf_counter() - t0)
+            token = np.array([[int(logits[0].argmax())]])
+        return statistics.median(times) * 1000
+
+    for gpt2 in models.values():
+        step_ms(gpt2)  # warm-up
+    rounds: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(args.rounds):
+        for name, gpt2 in models.items():
+            rounds[name].append(step_ms(gpt2))
+    print(f"{folder.name}, {args.dtype} ({args.linear} linear), batch 1, a decode step (GPT2.step) after a "
+          f"{args.context}-token prefill: medians of {args.steps} steps, then of {args.rounds} alternated rounds")
+    whole = statistics.median(rounds["whole step"])
+    for name, values in rounds.items():
+        ms = statistics.median(values)
+        print(f"  {name:<36}{ms:8.2f} ms  ({min(values):.2f}-{max(values):.2f})"
+              + ("" if name == "whole step" else f"  the blocks left out: {whole - ms:+.2f} ms of the step"))
     return 0
 
 

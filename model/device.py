@@ -142,8 +142,9 @@ def choose(device: str = "auto", dtype: str = "auto", accelerators: int | None =
     if kind == "gpu" and dtype == "bfloat16" and (fault := bfloat16_fault()):
         raise DeviceError(fault)
     if kind == "gpu" and dtype in QUANTIZED_DTYPES:
+        on_gpu = "float32" if bfloat16_fault() else "bfloat16 or float32"
         raise DeviceError(f"--dtype {dtype} runs on the CPU only (MAX 26.7's quantized matmuls and this project's "
-                          "Q8_0 kernel are CPU code); on a GPU use bfloat16 or float32")
+                          f"Q8_0 kernel are CPU code); on a GPU use {on_gpu}")
     if dtype == "auto":
         dtype = AUTO_DTYPE[kind]
     if kind == "cpu":

@@ -820,3 +820,35 @@ def test_a_gpu_stage_logs_each_line_timed_and_says_its_first_failure(tmp_path):
     assert "s] first" in log and "s] second" in log and "one: exit 3 in" in log
     summary = (tmp_path / "logs" / "summary.txt").read_text().splitlines()
     assert [line.split(" in ")[0] for line in summary] == ["one: exit 0", "one: exit 3", "two: exit 4"]
+
+
+def test_profile_decode_without_a_block_times_a_graph_that_passes_its_input_through(tmp_path, capsys, monkeypatch):
+    """--without builds a second graph with the named blocks' outputs their inputs: the same
+    tokens in, other logits out; the course's classes are whole again after it."""
+    from bench import profile_decode
+    from solutions.solution_03 import LayerNorm
+    from solutions.solution_07 import GPT2MultiHeadAttention
+
+    before = (LayerNorm.forward, GPT2MultiHeadAttention._attn)
+    with profile_decode.left_out(["attention"]):
+        assert LayerNorm.forward is before[0]
+        assert GPT2MultiHeadAttention._attn(None, "q", "k", "v", "mask") == "q"
+    with pytest.raises(KeyError), profile_decode.left_out(["layer_norm", "no such block"]):
+        pass
+    assert (LayerNorm.forward, GPT2MultiHeadAttention._attn) == before
+    from model.graph_source import USE
+
+    monkeypatch.setenv(USE, "0")  # main() sets it for its process: restored after this test
+    folder = write_checkpoint(tmp_path / "m", SIZES, seed=5)
+    argv = ["--model", str(folder), "--steps", "2", "--rounds", "1", "--without", "layer_norm", "attention"]
+    assert profile_decode.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "whole step" in out and "without layer_norm and attention" in out and "of the step" in out
+    assert (LayerNorm.forward, GPT2MultiHeadAttention._attn) == before
+    from model.gpt2 import BuildOptions, load_gpt2
+
+    ids = np.array([[1, 2, 3]])
+    whole = load_gpt2(folder, BuildOptions(device="cpu"), with_tokenizer=False)
+    with profile_decode.left_out(["layer_norm", "attention"]):  # the graph main() built: held, not compiled again
+        without = load_gpt2(folder, BuildOptions(device="cpu"), with_tokenizer=False)
+    assert not np.allclose(whole.forward_logits(ids), without.forward_logits(ids))

@@ -77,7 +77,8 @@ comptime CHUNK = 32  # f32 one-row path: rows a core takes at a time
 comptime WIDE_CHUNK = 24  # f32 few-rows path: rows a core takes at a time (8 groups of WIDE_ROWS)
 comptime OUT = 32  # columns of a chunk's output buffer: max(CHUNK, WIDE_CHUNK)
 comptime TILE_CHUNK = 8  # Q8_0 op: 8-row tiles a core takes at a time
-comptime MAX_WORKERS = 512  # cores an op deals its work to, at most
+comptime MAX_WORKERS = 256  # cores an op deals its work to, at most
+comptime LINE = 8  # Int64 counters a cache line holds: each share's counter has a line of its own
 
 
 @always_inline
@@ -90,9 +91,11 @@ def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, 
     var chunks = (items + chunk - 1) // chunk
     var workers = min(chunks, num_logical_cores(), MAX_WORKERS)
     var run = UnsafePointer(to=body)  # captured by address: a closure is not copyable
-    var taken = stack_allocation[MAX_WORKERS, Atomic[Int64]]()  # chunks taken of each worker's share
+    # Chunks taken of each worker's share, a cache line apart: a core takes
+    # from its own share's counter without taking the line from the others.
+    var taken = stack_allocation[MAX_WORKERS * LINE, Atomic[Int64], alignment=64]()
     for w in range(workers):
-        taken[w] = Atomic[Int64](0)
+        taken[w * LINE] = Atomic[Int64](0)
 
     def work(t: Int) {var run, var chunks, var chunk, var items, var workers, var taken}:
         var per = chunks // workers
@@ -102,7 +105,7 @@ def deal[Body: def(Int, Int) register_passable -> None](body: Body, items: Int, 
             var first = w * per + min(w, extra)
             var count = per + (1 if w < extra else 0)
             while True:
-                var c = Int(taken[w].fetch_add(1))
+                var c = Int(taken[w * LINE].fetch_add(1))
                 if c >= count:
                     break
                 run[]((first + c) * chunk, min((first + c) * chunk + chunk, items))
