@@ -6,10 +6,12 @@ so the model you finish with is built from your code. A file copied from
 ``solutions/`` into this folder still imports ``solutions.solution_NN``, and
 would quietly run the reference step instead of yours: whenever this package
 is imported (the checker, ``test-all``, ``generate --impl steps``), every such
-import is named on stderr, one line each, with the line to change.
+import is named on stderr, one line each, with the line to change: once, not
+again in the processes it starts (the server's engine imports this package too).
 """
 
 import ast as _ast
+import os as _os
 import sys as _sys
 from pathlib import Path as _Path
 
@@ -33,5 +35,8 @@ def solution_imports(folder: _Path) -> list[str]:
     return found
 
 
-for _line in solution_imports(_Path(__file__).resolve().parent):
-    print(_line, file=_sys.stderr)
+_NAMED = "GPT2_MAX_STEPS_IMPORTS_NAMED"  # set once they are named: the processes this one starts inherit it
+if not _os.environ.get(_NAMED):
+    for _line in solution_imports(_Path(__file__).resolve().parent):
+        print(_line, file=_sys.stderr)
+    _os.environ[_NAMED] = "1"

@@ -23,9 +23,12 @@ def test_a_copied_solution_is_named_with_the_line_to_change(tmp_path):
     shutil.copy(ROOT / "steps" / "__init__.py", steps / "__init__.py")
     for solution in SOLUTIONS.glob("solution_*.py"):
         shutil.copy(solution, steps / solution.name.replace("solution_", "step_"))
-    # Importing the package is what the checker, test-all and --impl steps do first.
-    done = subprocess.run([sys.executable, "-c", "import steps"], cwd=tmp_path, capture_output=True,
-                          text=True, env=dict(os.environ, PYTHONPATH=pythonpath(tmp_path, ROOT)))
+    # Importing the package is what the checker, test-all and --impl steps do first; a process
+    # it starts (as the server starts its engine's) imports it again and names nothing again.
+    again = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import steps'], check=True)"
+    env = {k: v for k, v in os.environ.items() if k != "GPT2_MAX_STEPS_IMPORTS_NAMED"}
+    done = subprocess.run([sys.executable, "-c", f"import steps; {again}"], cwd=tmp_path, capture_output=True,
+                          text=True, env=dict(env, PYTHONPATH=pythonpath(tmp_path, ROOT)))
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     text = (SOLUTIONS / "solution_10.py").read_text().splitlines()
@@ -33,6 +36,7 @@ def test_a_copied_solution_is_named_with_the_line_to_change(tmp_path):
     assert (f"note: steps/step_10.py line {line} imports solutions.solution_09, so it runs the reference step 09, "
             "not yours: change it to steps.step_09") in lines
     assert all(line.startswith("note: steps/step_") for line in lines)
+    assert len(lines) == len(set(lines))  # named once, not again by the child
 
 
 def test_the_generated_skeletons_import_only_steps():
