@@ -238,11 +238,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serve: {refused}", file=sys.stderr)
         return 2
     if args.impl == "steps":  # whose code the engine will build, said before it starts
-        from model.course import MODEL_STEPS, whose
+        from model.course import MODEL_STEPS, import_steps_quietly, whose
 
         built = whose(*MODEL_STEPS)
         for line in filter(None, (built.warning(), built.built("server"))):
             print(f"serve: {line}", file=sys.stderr)
+        import_steps_quietly()  # said above: the engine's processes inherit that their notes are said
     try:
         check_options(args)
         command, env = serve_command(args)

@@ -48,6 +48,13 @@ def test_the_app_names_a_copied_step_and_a_failing_one_before_building(tmp_path)
     assert "serve: --impl steps runs your steps 01-03, 05-07, 09-11 and the reference's" in served.stderr
     assert "step 07 fails its check" in served.stderr
     assert "serve: built from your steps 01-03, 05-07, 09-11 and the reference's 01-04, 07, 08\n" in served.stderr
+    # The engine's processes inherit that the steps' notes are said: they do not repeat them.
+    (cwd / "steps" / "__init__.py").write_text((ROOT / "steps" / "__init__.py").read_text())  # the project's own
+    inherited = _run(cwd, {k: v for k, v in env.items() if k != "GPT2_MAX_STEPS_IMPORTS_NAMED"}, "-c",
+                     "import os, sys; from serve.__main__ import main; "
+                     "main(['--impl', 'steps', '--model', 'demo', '--dry-run']); "
+                     "print(os.environ.get('GPT2_MAX_STEPS_IMPORTS_NAMED'))")
+    assert inherited.stdout.splitlines()[-1] == "1" and "note: steps/" not in inherited.stderr, inherited.stderr
 
 
 def test_the_app_says_a_copied_step_once_not_once_per_import(tmp_path):
