@@ -94,36 +94,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# What --without leaves out: the method replaced and what stands in for it (its input, passed through).
+# What --without leaves out: the course's method replaced, and what stands in for it (its input, passed through).
 LEFT_OUT = {
-    "layer_norm": ("solutions.solution_03", "LayerNorm", "forward", lambda self, x: x),
-    "attention": ("solutions.solution_07", "GPT2MultiHeadAttention", "_attn", lambda self, q, k, v, mask: q),
+    "layer_norm": ("LayerNorm", "forward", lambda self, x: x),
+    "attention": ("GPT2MultiHeadAttention", "_attn", lambda self, q, k, v, mask: q),
 }
 
 
 @contextlib.contextmanager
 def left_out(blocks: list[str]):
-    """The course's classes with ``blocks`` passing their input through, while a graph is built;
-    its saved graph's name says so (a name is a digest of the course's sources, which this leaves
-    as they are: without it the whole graph saved under that name would be loaded)."""
-    import importlib
-
+    """The course's classes with ``blocks`` passing their input through, while a graph is built
+    (through load_gpt2, the one build); its saved graph's name says so (a name is a digest of the
+    course's sources, which this leaves as they are: without it the whole graph saved under that
+    name would be loaded)."""
     from model import saved_graphs
+    from solutions.solution_03 import LayerNorm
+    from solutions.solution_07 import GPT2MultiHeadAttention
 
-    kept = []
+    classes = {"LayerNorm": LayerNorm, "GPT2MultiHeadAttention": GPT2MultiHeadAttention}
+    named = saved_graphs.graph_name
+    patched = [(classes[cls], method, stand_in) for cls, method, stand_in in (LEFT_OUT[b] for b in blocks)]
+    patched.append((saved_graphs, "graph_name",
+                    lambda *a, **k: f"{named(*a, **k)}_without_{'_'.join(sorted(blocks))}"))
+    kept = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
     try:
-        for block in blocks:
-            module, cls, method, stand_in = LEFT_OUT[block]
-            owner = getattr(importlib.import_module(module), cls)
-            kept.append((owner, method, getattr(owner, method)))
-            setattr(owner, method, stand_in)
-        named = saved_graphs.graph_name
-        kept.append((saved_graphs, "graph_name", named))
-        saved_graphs.graph_name = lambda *a, **k: f"{named(*a, **k)}_without_{'_'.join(sorted(blocks))}"
+        for owner, name, stand_in in patched:
+            setattr(owner, name, stand_in)
         yield
     finally:
-        for owner, method, original in reversed(kept):
-            setattr(owner, method, original)
+        for owner, name, original in reversed(kept):
+            setattr(owner, name, original)
 
 
 def compare_without(whole, folder: Path, options, args) -> int:

@@ -27,6 +27,9 @@ APP = (sorted((ROOT / "model").rglob("*.py")) + sorted((ROOT / "bench").glob("*.
 BUILD = (ROOT / "model" / "gpt2.py", ROOT / "model" / "graph.py", ROOT / "model" / "together.py")
 SERVED_TARGETS = ROOT / "serve" / "targets.py"  # the engine's graph compiled for other hardware, never run
 SERVED_NETWORK = ROOT / "serve" / "network.py"  # the engine's build: the course's model with the paged cache
+# Times a step with course blocks left out: it sets their methods to pass their input through,
+# builds through load_gpt2 and sets them back; no tree is patched after construction.
+LEFT_OUT_PROFILE = ROOT / "bench" / "profile_decode.py"
 
 
 def calls(path: Path) -> list[tuple[str, int]]:
@@ -42,7 +45,8 @@ def calls(path: Path) -> list[tuple[str, int]]:
 def test_no_second_build(path):
     rel = path.relative_to(ROOT)
     for name, line in calls(path):
-        assert name not in ("setattr", "importlib.import_module", "__import__"), f"{rel}:{line}: {name}()"
+        assert name not in ("importlib.import_module", "__import__"), f"{rel}:{line}: {name}()"
+        assert name != "setattr" or path == LEFT_OUT_PROFILE, f"{rel}:{line}: {name}()"
         if path not in BUILD:
             # (re.compile builds a regular expression, not a graph)
             assert not name.endswith(".compile") or name == "re.compile" or path == SERVED_TARGETS, (
