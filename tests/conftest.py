@@ -190,12 +190,15 @@ def collected_files(request) -> set[str]:
 
 
 @pytest.fixture(autouse=True)
-def no_process_state_left_behind():
+def no_process_state_left_behind(monkeypatch):
     """A test that sets model/cpu.py's process-wide as-shipped flag (what the server's engine
     does for good) must restore it: the tests after it in the same process would name and
-    build graphs as for another CPU."""
+    build graphs as for another CPU. And the processes a test starts name a copied solution's
+    imports again: the steps package, imported once in this process by any test, marks them
+    said for the processes started after (steps/__init__.py)."""
     from model import cpu
 
+    monkeypatch.delenv("GPT2_MAX_STEPS_IMPORTS_NAMED", raising=False)
     before = cpu._as_shipped
     yield
     assert cpu._as_shipped == before, "this test left model.cpu's as-shipped flag set: monkeypatch it"

@@ -50,7 +50,7 @@ def test_the_app_names_a_copied_step_and_a_failing_one_before_building(tmp_path)
     assert "serve: built from your steps 01-03, 05-07, 09-11 and the reference's 01-04, 07, 08\n" in served.stderr
     # The engine's processes inherit that the steps' notes are said: they do not repeat them.
     (cwd / "steps" / "__init__.py").write_text((ROOT / "steps" / "__init__.py").read_text())  # the project's own
-    inherited = _run(cwd, {k: v for k, v in env.items() if k != "GPT2_MAX_STEPS_IMPORTS_NAMED"}, "-c",
+    inherited = _run(cwd, env, "-c",
                      "import os, sys; from serve.__main__ import main; "
                      "main(['--impl', 'steps', '--model', 'demo', '--dry-run']); "
                      "print(os.environ.get('GPT2_MAX_STEPS_IMPORTS_NAMED'))")
