@@ -190,7 +190,7 @@ def collected_files(request) -> set[str]:
 
 
 @pytest.fixture(autouse=True)
-def no_process_state_left_behind(monkeypatch):
+def no_process_state_left_behind():
     """A test that sets model/cpu.py's process-wide as-shipped flag (what the server's engine
     does for good) must restore it: the tests after it in the same process would name and
     build graphs as for another CPU. And the processes a test starts name a copied solution's
@@ -198,7 +198,8 @@ def no_process_state_left_behind(monkeypatch):
     said for the processes started after (steps/__init__.py)."""
     from model import cpu
 
-    monkeypatch.delenv("GPT2_MAX_STEPS_IMPORTS_NAMED", raising=False)
+    # (not through monkeypatch: requesting it here would undo a test's own patches after the check below)
+    os.environ.pop("GPT2_MAX_STEPS_IMPORTS_NAMED", None)
     before = cpu._as_shipped
     yield
     assert cpu._as_shipped == before, "this test left model.cpu's as-shipped flag set: monkeypatch it"
