@@ -34,8 +34,8 @@ from model.options import LINEARS
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.profile_decode", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="checkpoint folder (default: the bench's random gpt2)")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--dtype", default="float32", help="the weights' precision, as the app's --dtype (default: float32)")
+    p.add_argument("--steps", type=int, default=64, help="decode steps timed, medians taken (default: 64)")
     p.add_argument("--context", type=int, default=16, help="tokens prefilled before the timed steps (default: 16)")
     p.add_argument("--linear", choices=LINEARS, default="custom",
                    help="custom: the project's few-rows kernels (model/layers/few_rows.py); course: nn.Linear")
