@@ -364,11 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         folder = resolve_model(args.model)
     else:
         folder = random_checkpoint(args.size)
-    if on_gpu and (fault := bfloat16_fault()) and "bfloat16" in (args.dtypes or []):
+    fault = bfloat16_fault() if on_gpu else None
+    if fault and "bfloat16" in (args.dtypes or []):
         p.error(fault)  # a precision the app refuses on a GPU is not measured either
     if args.dtypes is None:
-        args.dtypes = ["float32", *([] if bfloat16_fault() else ["bfloat16"])] if on_gpu else [
-            "float32", *QUANTIZED_DTYPES]
+        args.dtypes = ["float32", *([] if fault else ["bfloat16"])] if on_gpu else ["float32", *QUANTIZED_DTYPES]
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     from bench import llama_cpp
