@@ -76,13 +76,12 @@ def gelu(y: np.ndarray) -> np.ndarray:
 
 def op_parameters(kind: str, path: str = "auto", then_takes: frozenset[str] = frozenset()) -> dict | None:
     """The compile-time parameters a ``few_rows_matmul_<kind>`` op is called
-    with: its kernel paths (model/cpu.py's op_paths), and q4_0's band; for an --against revision's op
+    with: its kernel paths (model/cpu.py's op_paths), and q4_0's band and prefetch; for an --against revision's op
     (``kind`` ending in THEN) those of them it declares (``then_takes``)."""
     from model import cpu as cpu_paths
 
-    parameters = cpu_paths.op_paths(path).parameters()
-    if kind.startswith("q4_0"):
-        parameters["band"] = cpu_paths.q4_0_band()
+    op = kind.removesuffix(THEN)
+    parameters = cpu_paths.op_paths(path, op).parameters(op)
     if kind.endswith(THEN):
         parameters = {name: value for name, value in parameters.items() if name in then_takes}
     return parameters or None
@@ -228,7 +227,7 @@ def takes(rev: str) -> frozenset[str]:
     """The compile-time parameters of this tree's ops (``isa``, ``isa1``,
     q4_0's ``band``) that model/kernels at ``rev`` declares: older revisions
     had fewer."""
-    return frozenset(name for name in ("isa", "isa1", "band") if kernels_at_hold(rev, f", {name}: Int"))
+    return frozenset(name for name in ("isa", "isa1", "band", "ahead") if kernels_at_hold(rev, f", {name}: Int"))
 
 
 def kernels_at_hold(rev: str, text: str) -> bool:

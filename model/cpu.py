@@ -11,8 +11,9 @@ at compile time:
 Each op takes two: one for its one-input-row tile (a batch-1 decode step)
 and one for several rows. ``auto`` (the default) lets the kernels pick from
 MAX's compile target, the CPU at hand, for both, except on a
-microarchitecture listed in ONE_ROW, measured to decode faster on another
-path (docs/cpu.md). ``GPT2_MAX_KERNEL_PATH=avx2`` (or a Linear's ``path=``)
+microarchitecture listed in ONE_ROW, whose one-row tiles were measured to
+decode faster another way: per op, on another path, and for q4_0 without its
+software prefetch (docs/cpu.md). ``GPT2_MAX_KERNEL_PATH=avx2`` (or a Linear's ``path=``)
 forces one path for both: the tests run every path this CPU can execute
 against numpy, so a machine with AVX-512 also checks the code an AVX2-only
 CPU runs. A path the CPU cannot execute is refused here with one line
@@ -48,10 +49,28 @@ PATHS = {"auto": 0, "avx512-vnni": 1, "avx2": 2, "portable": 3, "avx512-vnni-256
 # What each forced path executes, as /proc/cpuinfo names the features.
 _VNNI = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
 NEEDS = {"avx512-vnni": _VNNI, "avx512-vnni-256": _VNNI, "avx2": ("avx2", "fma"), "portable": ()}
-# The one-input-row path of the microarchitectures (archspec's names) whose
-# batch-1 decode measured faster on it than on their own path; several rows
-# keep their own (docs/cpu.md, "Per microarchitecture").
-ONE_ROW = {"zen4": "avx512-vnni-256"}
+OPS = ("f32", "q8_0", "q4_0")  # model/kernels' ops, few_rows_matmul_<op>
+# Groups of 32 weights ahead that the q4_0 op prefetches its weight stream
+# (its ``ahead`` parameter) where ONE_ROW does not turn that off.
+Q4_0_AHEAD = 8
+
+
+@dataclass(frozen=True)
+class OneRow:
+    """How an op's one-input-row tile runs on a microarchitecture: its kernel
+    path, and (q4_0) whether it prefetches its weights in software ahead of
+    the hardware prefetcher."""
+
+    path: str
+    prefetch: bool = True
+
+
+# Per microarchitecture (archspec's names) and op, the one-input-row tile
+# where its batch-1 decode measured faster than on the CPU's own path with
+# software prefetch; several rows keep their own path (docs/cpu.md, "Per
+# microarchitecture"; docs/decisions/0009).
+ONE_ROW = {"zen4": {"f32": OneRow("avx512-vnni-256"), "q8_0": OneRow("avx512-vnni-256"),
+                    "q4_0": OneRow("avx512-vnni", prefetch=False)}}
 # AMD's cores by CPU family and model, for when archspec names only the
 # x86-64 level (microarchitecture()).
 AMD_CORES = ((23, range(0x00, 0x30), "zen"), (23, range(0x30, 0x100), "zen2"),
@@ -161,27 +180,37 @@ def runnable_paths() -> list[str]:
 @dataclass(frozen=True)
 class OpPaths:
     """The kernel paths an op is compiled with: ``one_row`` for its tile of
-    one input row (batch-1 decode), ``rows`` for several."""
+    one input row (batch-1 decode), ``rows`` for several; ``prefetch``:
+    whether q4_0's tiles prefetch their weights in software."""
 
     one_row: str
     rows: str
+    prefetch: bool = True
 
-    def parameters(self) -> dict[str, int]:
-        """The op's compile-time parameters (isa.mojo's ``isa1`` and ``isa``)."""
-        return {"isa1": PATHS[self.one_row], "isa": PATHS[self.rows]}
+    def parameters(self, op: str = "f32") -> dict[str, int]:
+        """The compile-time parameters of ``few_rows_matmul_<op>``: isa.mojo's
+        ``isa1`` and ``isa``; q4_0's also its band and how far ahead it prefetches."""
+        parameters = {"isa1": PATHS[self.one_row], "isa": PATHS[self.rows]}
+        if op == "q4_0":
+            parameters.update(band=q4_0_band(), ahead=Q4_0_AHEAD if self.prefetch else 0)
+        return parameters
 
     def resolved(self) -> OpPaths:
         """The same paths with ``auto`` named (what the kernels compile)."""
         name = lambda path: native_path() if path == "auto" else path  # noqa: E731
-        return OpPaths(one_row=name(self.one_row), rows=name(self.rows))
+        return OpPaths(one_row=name(self.one_row), rows=name(self.rows), prefetch=self.prefetch)
 
 
-def op_paths(path: str | None = None) -> OpPaths:
-    """The paths for ``path`` (as kernel_path() takes it): a forced path for
-    both shapes; ``auto`` the CPU's own for both, or its ONE_ROW entry for
-    one input row when the graph is compiled for this CPU."""
+def op_paths(path: str | None = None, op: str = "f32") -> OpPaths:
+    """The paths of ``few_rows_matmul_<op>`` for ``path`` (as kernel_path()
+    takes it): a forced path for both shapes, with software prefetch; ``auto``
+    the CPU's own for both, or, when the graph is compiled for this CPU, its
+    ONE_ROW entry for one input row."""
     chosen = kernel_path(path)
-    return OpPaths(one_row=one_row_path() if chosen == "auto" else chosen, rows=chosen)
+    if chosen != "auto":
+        return OpPaths(one_row=chosen, rows=chosen)
+    tile = one_row_tile(op)
+    return OpPaths(one_row=tile.path, rows=chosen, prefetch=tile.prefetch)
 
 
 # Set while this process builds graphs as they are shipped for other CPUs
@@ -210,12 +239,18 @@ def run_as_shipped() -> None:
     _as_shipped = True
 
 
-def one_row_path() -> str:
-    """What ``auto`` runs for one input row on the CPU compiled for: this
-    microarchitecture's ONE_ROW entry, else "auto" (the CPU's own path)."""
+def one_row_tiles() -> dict[str, OneRow]:
+    """What ``auto`` runs for one input row on the CPU compiled for, per op:
+    this microarchitecture's ONE_ROW entry; empty where it has none, or where
+    the graph is compiled for other CPUs (their own paths, with prefetch)."""
     if virtual_target() or _as_shipped:
-        return "auto"
-    return ONE_ROW.get(microarchitecture(), "auto")
+        return {}
+    return ONE_ROW.get(microarchitecture(), {})
+
+
+def one_row_tile(op: str) -> OneRow:
+    """``op``'s one-input-row tile under ``auto`` (one_row_tiles), else the CPU's own path, with prefetch."""
+    return one_row_tiles().get(op, OneRow("auto"))
 
 
 def kernel_path(path: str | None = None) -> str:
@@ -244,12 +279,18 @@ def q4_0_band(cpu_flags: frozenset[str] | None = None) -> int:
     return 8  # 128-bit vectors: Arm's NEON, x86 below AVX
 
 
+def describe_tile(tile: OneRow) -> str:
+    """A one-row tile in a few words: "avx512-vnni-256", "avx512-vnni without prefetch"."""
+    return tile.path + ("" if tile.prefetch else " without prefetch")
+
+
 def describe() -> str:
     """One line for logs and saved graphs' names: the kernel path and q4_0
-    band of the CPU compiled for, the one-row path where ``auto`` runs
+    band of the CPU compiled for, each op's one-row tile where ``auto`` runs
     another (ONE_ROW), and the target's name when it is not this CPU."""
     target = virtual_target()
-    one_row = one_row_path()
+    tiles = one_row_tiles()
     return (f"{platform.machine()} {native_path()} q4_0-band-{q4_0_band()}"
-            + (f" one-row {one_row} ({microarchitecture()})" if one_row != "auto" else "")
+            + (f" one-row {', '.join(f'{op} {describe_tile(t)}' for op, t in tiles.items())} ({microarchitecture()})"
+               if tiles else "")
             + (f" target {target}" if target else ""))

@@ -133,17 +133,19 @@ def lines() -> list[tuple[str, str]]:
 
 
 def auto_paths() -> str:
-    """What ``auto`` compiles on this CPU: its own path, or per shape where
-    its microarchitecture has a one-row path of its own (model/cpu.py)."""
+    """What ``auto`` compiles on this CPU: its own path, or per op where its
+    microarchitecture runs one input row another way (model/cpu.py's ONE_ROW)."""
     from model import cpu
 
-    paths = cpu.op_paths("auto").resolved()
+    own = cpu.native_path()
     if not cpu.is_x86():
-        return f"auto is {paths.rows}"
+        return f"auto is {own}"
     where = f"on this {cpu.microarchitecture()}"
-    if paths.one_row == paths.rows:
-        return f"auto is {paths.rows} {where}"
-    return f"auto is {paths.one_row} for one input row (batch-1 decode), {paths.rows} for several, {where}"
+    tiles = cpu.one_row_tiles()
+    if not tiles:
+        return f"auto is {own} {where}"
+    ops = "; ".join(f"{op} {cpu.describe_tile(tile)}" for op, tile in tiles.items())
+    return f"auto is {own} {where}, and for one input row (batch-1 decode): {ops}"
 
 
 def main(argv: list[str] | None = None) -> int:

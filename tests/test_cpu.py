@@ -166,17 +166,27 @@ def test_auto_runs_the_one_row_path_measured_faster_on_its_microarchitecture(x86
     monkeypatch.setattr(cpu, "flags", lambda: XEON)
     monkeypatch.setattr(cpu, "virtual_target", lambda: "")
     monkeypatch.setattr(cpu, "microarchitecture", lambda: "zen4")
-    assert cpu.op_paths() == cpu.OpPaths(one_row=cpu.ONE_ROW["zen4"], rows="auto")
-    assert cpu.op_paths().parameters() == {"isa1": cpu.PATHS[cpu.ONE_ROW["zen4"]], "isa": cpu.PATHS["auto"]}
-    assert f"one-row {cpu.ONE_ROW['zen4']} (zen4)" in cpu.describe()  # a saved graph's name follows it
-    # A forced path is forced for both shapes; GPT2_MAX_KERNEL_PATH too.
-    assert cpu.op_paths("avx2") == cpu.OpPaths(one_row="avx2", rows="avx2")
+    monkeypatch.setattr(cpu, "ONE_ROW", {"zen4": {"q8_0": cpu.OneRow("avx512-vnni-256"),
+                                                  "q4_0": cpu.OneRow("avx2", prefetch=False)}})
+    assert cpu.op_paths(op="q8_0") == cpu.OpPaths(one_row="avx512-vnni-256", rows="auto")
+    assert cpu.op_paths(op="q8_0").parameters("q8_0") == {"isa1": cpu.PATHS["avx512-vnni-256"],
+                                                           "isa": cpu.PATHS["auto"]}
+    assert cpu.op_paths(op="f32") == cpu.OpPaths(one_row="auto", rows="auto")  # no entry: its own path
+    q4_0 = cpu.op_paths(op="q4_0")
+    assert q4_0 == cpu.OpPaths(one_row="avx2", rows="auto", prefetch=False)
+    assert q4_0.parameters("q4_0") == {"isa1": cpu.PATHS["avx2"], "isa": cpu.PATHS["auto"], "band": 32, "ahead": 0}
+    # a saved graph's name follows the entries
+    assert "one-row q8_0 avx512-vnni-256, q4_0 avx2 without prefetch (zen4)" in cpu.describe()
+    # A forced path is forced for both shapes, with the defaults; GPT2_MAX_KERNEL_PATH too.
+    assert cpu.op_paths("avx2", "q4_0") == cpu.OpPaths(one_row="avx2", rows="avx2")
+    assert cpu.op_paths("avx2", "q4_0").parameters("q4_0")["ahead"] == cpu.Q4_0_AHEAD
     monkeypatch.setenv(cpu.ENV, "avx512-vnni")
-    assert cpu.op_paths() == cpu.OpPaths(one_row="avx512-vnni", rows="avx512-vnni")
+    assert cpu.op_paths(op="q4_0") == cpu.OpPaths(one_row="avx512-vnni", rows="avx512-vnni")
     monkeypatch.delenv(cpu.ENV)
     # Another microarchitecture runs its own path for both.
     monkeypatch.setattr(cpu, "microarchitecture", lambda: "sapphirerapids")
-    assert cpu.op_paths() == cpu.OpPaths(one_row="auto", rows="auto")
+    for op in cpu.OPS:
+        assert cpu.op_paths(op=op) == cpu.OpPaths(one_row="auto", rows="auto")
     assert "one-row" not in cpu.describe()
     assert cpu.op_paths().resolved() == cpu.OpPaths(one_row="avx512-vnni", rows="avx512-vnni")
 
@@ -186,12 +196,13 @@ def test_a_graph_for_another_cpu_runs_that_cpu_s_own_paths(monkeypatch):
     monkeypatch.delenv(cpu.ENV, raising=False)
     monkeypatch.setattr(cpu, "microarchitecture", lambda: "zen4")
     monkeypatch.setattr(cpu, "virtual_target", lambda: "x86-64-v3")
-    assert cpu.op_paths() == cpu.OpPaths(one_row="auto", rows="auto")
+    assert cpu.op_paths(op="q4_0") == cpu.OpPaths(one_row="auto", rows="auto")
 
 
-def test_every_one_row_entry_is_a_path_its_cpu_can_run():
-    for name, path in cpu.ONE_ROW.items():
-        assert path in cpu.PATHS and path != "auto", name
+def test_every_one_row_entry_is_a_path_for_one_of_the_ops():
+    for name, tiles in cpu.ONE_ROW.items():
+        for op, tile in tiles.items():
+            assert op in cpu.OPS and tile.path in cpu.NEEDS, (name, op)
 
 
 def test_a_graph_shipped_for_other_cpus_is_traced_and_served_with_their_paths(monkeypatch):
@@ -201,8 +212,9 @@ def test_a_graph_shipped_for_other_cpus_is_traced_and_served_with_their_paths(mo
     monkeypatch.setattr(cpu, "microarchitecture", lambda: "zen4")
     monkeypatch.setattr(cpu, "virtual_target", lambda: "")
     with cpu.as_shipped():
-        assert cpu.op_paths() == cpu.OpPaths(one_row="auto", rows="auto")
-    assert cpu.op_paths().one_row == cpu.ONE_ROW["zen4"]
+        for op in cpu.OPS:
+            assert cpu.op_paths(op=op) == cpu.OpPaths(one_row="auto", rows="auto")
+    assert cpu.op_paths(op="q4_0").one_row == cpu.ONE_ROW["zen4"]["q4_0"].path
     monkeypatch.setattr(cpu, "_as_shipped", False)
     cpu.run_as_shipped()  # the engine's process, for good (monkeypatch restores the flag after)
-    assert cpu.op_paths() == cpu.OpPaths(one_row="auto", rows="auto")
+    assert cpu.op_paths(op="q4_0") == cpu.OpPaths(one_row="auto", rows="auto")

@@ -193,7 +193,8 @@ def layers_graph(*paths: str, prompt_out: int | None = None, repack: np.ndarray 
     multiple of the 16 lanes, a height not a multiple of the 8-row tile),
     Q8_0 128 -> 37, and Q4_0 128 -> 37 packed in bands of 32 and of 16 rows
     (one of them the band MAX's kernel reads here, which prompts hand to it;
-    the other runs this project's band kernel for every row); rows are
+    the other runs this project's band kernel for every row, and prefetches
+    its weights where the first does not, or the reverse); rows are
     symbolic. With ``prompt_out``, also a Q8_0 64 -> ``prompt_out`` layer on
     the CPU's own path over a third input [rows, 64]; with ``on_our_blocks``
     (an input, a weight and a bias, all weights of the graph), also each
@@ -253,7 +254,8 @@ def layers_graph(*paths: str, prompt_out: int | None = None, repack: np.ndarray 
             self.f32 = FewRowsLinear(48, 37, path=path)
             self.q8 = Q8_0Linear(128, 37, path=path)
             self.q4 = Q4_0Linear(128, 37, path=path, band=32)
-            self.q4b = Q4_0Linear(128, 37, path=path, band=16)
+            # the other band with the other prefetch choice: both are compiled on every path
+            self.q4b = Q4_0Linear(128, 37, path=path, band=16, prefetch=self.q4.parameters_of_op["ahead"] == 0)
 
         def forward(self, a, b):
             return self.f32(a), self.q8(b), self.q4(b), self.q4b(b)

@@ -3,7 +3,8 @@
 #
 #   few_rows_matmul_q4_0   x [M, K] f32, W [Npad, K / 32 * 18] uint8 -> y [M, N] f32
 #                          (Npad = N rounded up to 32; rows past N are zeros)
-#                          parameters: isa, isa1 (isa.mojo), band (rows per band)
+#                          parameters: isa, isa1 (isa.mojo), band (rows per band),
+#                          ahead (groups ahead a band prefetches its stream; 0: none)
 #
 # The layout is MAX's (`matmul_qint4_pack_b` in MAX's quantization package;
 # model/quantize.py's pack_q4_0 writes it in numpy, once per checkpoint):
@@ -20,9 +21,11 @@
 #
 # Why an op of our own: MAX's F.qmatmul runs this kernel for one row with
 # no prefetch, and cannot take the bias add, gelu or residual add that
-# follow into itself (each a kernel of its own). This op streams each band
-# with a software prefetch (as the Q8_0 tiles do), and its output is a
-# fused output, so MAX folds what follows into it. For more than one input
+# follow into itself (each a kernel of its own). This op can stream each
+# band with a software prefetch `ahead` groups in front (as the Q8_0 tiles
+# do; model/cpu.py chooses it per microarchitecture: some read faster with
+# the hardware prefetcher alone), and its output is a fused output, so MAX
+# folds what follows into it. For more than one input
 # row (a prompt) it calls MAX's own Q4_0 matmul from inside the op when the
 # weights are in the band MAX's kernel reads on this target (it unpacks the
 # codes once per batch of K and reuses them across input rows); in any other
@@ -46,9 +49,6 @@ from .matmul import F32, Q, deal, flush_in_parallel, q8_0_block
 
 comptime BAND_CHUNK = 4  # bands a core takes at a time (of 32 rows; more of fewer rows)
 comptime MAX_BAND = 2 * simd_width_of[F32]()  # the band MAX's own Q4_0 kernel reads on this target
-# Groups ahead that a band prefetches its stream, as the Q8_0 tiles do (QPF;
-# 4 and 16 groups ahead read the same as 8).
-comptime Q4PF = 8
 
 
 @always_inline
@@ -75,14 +75,15 @@ def group_bytes(band: Int) -> Int:
 
 
 @always_inline
-def band_q4_0[isa: Int, band: Int](
+def band_q4_0[isa: Int, band: Int, ahead: Int](
     xw: UnsafePointer[Int32, _], xd: UnsafePointer[Float32, _], xc: UnsafePointer[Int32, _],
     bp: UnsafePointer[UInt8, _], y: FusedOutputTensor[dtype=F32, rank=2, ...], G: Int, N: Int, b: Int, m: Int,
 ):
     """y[m, b * band : +band] for one input row m: xw its Q8_0 codes as words
     of 4, xd each block's scale, xc each block's -8 * (sum of its codes).
     A vector of bytes holds 4 codes of L rows (L = vector bytes / 4, at
-    most the band), so a band is `band / L` vectors per chunk."""
+    most the band), so a band is `band / L` vectors per chunk. Each group
+    prefetches the group `ahead` groups on (none when 0)."""
     comptime VB = 64 if vector_bytes(isa) >= 64 and band >= 16 else 32  # bytes per vector
     comptime L = VB // 4  # rows per vector
     comptime VECS = band // L
@@ -94,8 +95,8 @@ def band_q4_0[isa: Int, band: Int](
     for g in range(G):
         var at = b * G + g
         var gp = bp + at * GB
-        comptime for line in range(ceildiv(GB, 64)):
-            prefetch[PrefetchOptions().for_read().high_locality()](bp + (at + Q4PF) * GB + line * 64)
+        comptime for line in range(ceildiv(GB, 64) if ahead > 0 else 0):
+            prefetch[PrefetchOptions().for_read().high_locality()](bp + (at + ahead) * GB + line * 64)
         comptime for v in range(VECS):
             dots.store(v * L, SIMD[DType.int32, L](xc[g]))
         comptime for j in range(4):
@@ -119,7 +120,7 @@ def band_q4_0[isa: Int, band: Int](
 @extensibility.register("few_rows_matmul_q4_0")
 struct FewRowsMatmulQ4_0:
     @staticmethod
-    def execute[target: StaticString, isa: Int, isa1: Int, band: Int](
+    def execute[target: StaticString, isa: Int, isa1: Int, band: Int, ahead: Int](
         y: FusedOutputTensor[dtype=F32, rank=2, ...],
         x: InputTensor[dtype=F32, rank=2, ...],
         w: InputTensor[dtype=DType.uint8, rank=2, ...],
@@ -161,10 +162,10 @@ struct FewRowsMatmulQ4_0:
         def work(start: Int, end: Int) {var M, var K, var G, var N, var xw, var xd, var xc, var bp, var y}:
             for b in range(start, end):
                 if M == 1:
-                    band_q4_0[I1, band](xw, xd, xc, bp, y, G, N, b, 0)
+                    band_q4_0[I1, band, ahead](xw, xd, xc, bp, y, G, N, b, 0)
                 else:
                     for m in range(M):
-                        band_q4_0[I, band](xw + m * (K // 4), xd + m * G, xc + m * G, bp, y, G, N, b, m)
+                        band_q4_0[I, band, ahead](xw + m * (K // 4), xd + m * G, xc + m * G, bp, y, G, N, b, m)
 
         deal(work, bands, BAND_CHUNK * (32 // band), ctx)  # as many rows a take as 4 bands of 32
         xq.free()

@@ -30,7 +30,7 @@ def custom_matmul(name: str, x, weights: list, out_dim: int, parameters: dict):
     [rows, in] for the op, the float32 result reshaped back to ``x``'s
     leading shape and ``out_dim`` columns. ``parameters``: the op's
     compile-time parameters (``isa1`` and ``isa``, the kernel paths for one
-    input row and for several: model/cpu.py; q4_0's ``band``). The call names the compiled library, so any graph (the
+    input row and for several: model/cpu.py; q4_0's ``band`` and ``ahead``). The call names the compiled library, so any graph (the
     app's, the server's, a test's) that uses the op can be compiled as it is."""
     lead = list(x.shape[:-1])
     x2 = x.reshape([-1, x.shape[-1]])
@@ -61,7 +61,8 @@ class KernelLinear(nn.Module):
         self.out_features = out_dim
         self.bias = Tensor.zeros([out_dim]) if bias else None
         self.traced = Traced()
-        self.parameters_of_op = cpu.op_paths(path).parameters()
+        kind = self.op.removeprefix("few_rows_matmul_")  # model/cpu.py's OPS
+        self.parameters_of_op = cpu.op_paths(path, kind).parameters(kind)
 
     def forward(self, x):
         self.traced.ran = True
