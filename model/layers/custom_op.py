@@ -30,8 +30,9 @@ def custom_matmul(name: str, x, weights: list, out_dim: int, parameters: dict):
     [rows, in] for the op, the float32 result reshaped back to ``x``'s
     leading shape and ``out_dim`` columns. ``parameters``: the op's
     compile-time parameters (``isa1`` and ``isa``, the kernel paths for one
-    input row and for several: model/cpu.py; q4_0's ``band`` and ``ahead``). The call names the compiled library, so any graph (the
-    app's, the server's, a test's) that uses the op can be compiled as it is."""
+    input row and for several: model/cpu.py; q4_0's ``band`` and ``ahead``).
+    The call names the compiled library, so any graph (the app's, the
+    server's, a test's) that uses the op can be compiled as it is."""
     lead = list(x.shape[:-1])
     x2 = x.reshape([-1, x.shape[-1]])
     out_type = TensorType(DType.float32, [x2.shape[0], out_dim], device=DeviceRef.CPU())
