@@ -429,8 +429,9 @@ def test_serve_bench_never_sends_a_prompt_twice_in_a_round():
 def test_kernels_against_gives_the_other_revisions_ops_the_parameters_they_declare():
     # --against REV calls REV's ops with this tree's compile-time parameters that they declare: a
     # revision since the kernel paths takes `isa` (q4_0 `band` too), one since the path per shape
-    # `isa1` too, an older one none. Called with none, an op that declares one fails to compile
-    # ("Failed to infer parameter `isa`").
+    # `isa1` too, one since q4_0's prefetch per microarchitecture q4_0's `ahead` too, an older one
+    # none. Called with none, an op that declares one fails to compile ("Failed to infer parameter
+    # `isa`").
     import subprocess
 
     from bench.kernels import THEN, op_parameters, takes
@@ -442,7 +443,12 @@ def test_kernels_against_gives_the_other_revisions_ops_the_parameters_they_decla
         return subprocess.run(["git", "log", "--format=%H", *args, "--", "model/kernels"], cwd=ROOT,
                               capture_output=True, text=True, check=True).stdout.split()
 
-    assert set(op_parameters("q8_0")) == {"isa", "isa1"} and set(op_parameters("q4_0")) == {"isa", "isa1", "band"}
+    assert set(op_parameters("q8_0")) == {"isa", "isa1"}
+    assert set(op_parameters("q4_0")) == {"isa", "isa1", "band", "ahead"}
+    ahead = git_log("-S", "ahead: Int")  # the commit that added q4_0's prefetch parameter, once committed
+    if ahead:
+        assert takes(f"{ahead[-1]}~1") == {"isa", "isa1", "band"}
+        assert set(op_parameters("q4_0" + THEN, then_takes=takes(f"{ahead[-1]}~1"))) == {"isa", "isa1", "band"}
     per_shape = git_log("-S", "isa1: Int")  # the commit that added the one-row path, once committed
     before = f"{per_shape[-1]}~1" if per_shape else "HEAD"
     assert takes(before) == {"isa", "band"}

@@ -89,7 +89,7 @@ def test_the_engine_gets_the_graphs_unpacked_once(new_project_cache, monkeypatch
     monkeypatch.setattr(shipped.cpu, "native_path", lambda cpu_flags=None: "avx2")
     said = shipped.prepare()
     assert "shipped compiled graphs (x86-64-v3" in said and portable.USE not in said
-    assert shipped.cpu.one_row_path() == "auto"  # the graphs are built as they were shipped
+    assert shipped.cpu.one_row_tiles() == {}  # the graphs are built as they were shipped
     # a CPU whose own kernels take another path uses them too, and is told how to get its own
     monkeypatch.setattr(shipped.cpu, "native_path", lambda cpu_flags=None: "avx512-vnni")
     assert shipped.prepare().endswith(f"(this CPU's own kernel path is avx512-vnni, theirs avx2: {portable.USE}=0 "
