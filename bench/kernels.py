@@ -80,8 +80,7 @@ def op_parameters(kind: str, path: str = "auto", then_takes: frozenset[str] = fr
     (``kind`` ending in THEN) those of them it declares (``then_takes``)."""
     from model import cpu as cpu_paths
 
-    op = kind.removesuffix(THEN)
-    parameters = cpu_paths.op_paths(path, op).parameters(op)
+    parameters = cpu_paths.op_parameters(kind.removesuffix(THEN), path)
     if kind.endswith(THEN):
         parameters = {name: value for name, value in parameters.items() if name in then_takes}
     return parameters or None
@@ -225,7 +224,7 @@ def has_op(rev: str, kind: str) -> bool:
 
 def takes(rev: str) -> frozenset[str]:
     """The compile-time parameters of this tree's ops (``isa``, ``isa1``,
-    q4_0's ``band``) that model/kernels at ``rev`` declares: older revisions
+    q4_0's ``band`` and ``ahead``) that model/kernels at ``rev`` declares: older revisions
     had fewer."""
     return frozenset(name for name in ("isa", "isa1", "band", "ahead") if kernels_at_hold(rev, f", {name}: Int"))
 

@@ -192,7 +192,7 @@ class OpPaths:
         ``isa1`` and ``isa``; q4_0's also its band and how far ahead it prefetches."""
         parameters = {"isa1": PATHS[self.one_row], "isa": PATHS[self.rows]}
         if op == "q4_0":
-            parameters.update(band=q4_0_band(), ahead=Q4_0_AHEAD if self.prefetch else 0)
+            parameters.update(band=q4_0_band(), ahead=q4_0_ahead(self.prefetch))
         return parameters
 
     def resolved(self) -> OpPaths:
@@ -211,6 +211,16 @@ def op_paths(path: str | None = None, op: str = "f32") -> OpPaths:
         return OpPaths(one_row=chosen, rows=chosen)
     tile = one_row_tile(op)
     return OpPaths(one_row=tile.path, rows=chosen, prefetch=tile.prefetch)
+
+
+def op_parameters(op: str, path: str | None = None) -> dict[str, int]:
+    """The compile-time parameters ``few_rows_matmul_<op>`` is called with for ``path`` (op_paths)."""
+    return op_paths(path, op).parameters(op)
+
+
+def q4_0_ahead(prefetch: bool) -> int:
+    """The q4_0 op's ``ahead`` parameter: Q4_0_AHEAD groups, or 0 (no software prefetch)."""
+    return Q4_0_AHEAD if prefetch else 0
 
 
 # Set while this process builds graphs as they are shipped for other CPUs
@@ -279,9 +289,9 @@ def q4_0_band(cpu_flags: frozenset[str] | None = None) -> int:
     return 8  # 128-bit vectors: Arm's NEON, x86 below AVX
 
 
-def describe_tile(tile: OneRow) -> str:
-    """A one-row tile in a few words: "avx512-vnni-256", "avx512-vnni without prefetch"."""
-    return tile.path + ("" if tile.prefetch else " without prefetch")
+def describe_tiles(tiles: dict[str, OneRow]) -> str:
+    """Per op its one-row tile in a few words: "q8_0 avx512-vnni-256, q4_0 avx512-vnni without prefetch"."""
+    return ", ".join(f"{op} {tile.path}" + ("" if tile.prefetch else " without prefetch") for op, tile in tiles.items())
 
 
 def describe() -> str:
@@ -291,6 +301,5 @@ def describe() -> str:
     target = virtual_target()
     tiles = one_row_tiles()
     return (f"{platform.machine()} {native_path()} q4_0-band-{q4_0_band()}"
-            + (f" one-row {', '.join(f'{op} {describe_tile(t)}' for op, t in tiles.items())} ({microarchitecture()})"
-               if tiles else "")
+            + (f" one-row {describe_tiles(tiles)} ({microarchitecture()})" if tiles else "")
             + (f" target {target}" if target else ""))

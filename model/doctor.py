@@ -144,8 +144,7 @@ def auto_paths() -> str:
     tiles = cpu.one_row_tiles()
     if not tiles:
         return f"auto is {own} {where}"
-    ops = "; ".join(f"{op} {cpu.describe_tile(tile)}" for op, tile in tiles.items())
-    return f"auto is {own} {where}, and for one input row (batch-1 decode): {ops}"
+    return f"auto is {own} {where}, and for one input row (batch-1 decode): {cpu.describe_tiles(tiles)}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,7 +67,7 @@ def test_the_kernel_path_line_says_what_auto_compiles_per_shape(monkeypatch):
     monkeypatch.setattr(cpu, "one_row_tiles", lambda: {"q8_0": cpu.OneRow("avx512-vnni-256"),
                                                        "q4_0": cpu.OneRow("avx512-vnni", prefetch=False)})
     assert doctor.auto_paths() == ("auto is avx512-vnni on this zen4, and for one input row (batch-1 decode): "
-                                   "q8_0 avx512-vnni-256; q4_0 avx512-vnni without prefetch")
+                                   "q8_0 avx512-vnni-256, q4_0 avx512-vnni without prefetch")
     monkeypatch.setattr(cpu, "native_path", lambda: "avx2")
     monkeypatch.setattr(cpu, "one_row_tiles", lambda: {})
     assert doctor.auto_paths() == "auto is avx2 on this zen4"

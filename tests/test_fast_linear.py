@@ -165,13 +165,16 @@ def test_max_kernel_reads_our_blocks(encoding, every_path):
 
 def kernel_paths() -> list:
     """"auto" (the CPU's own paths) and every forced path but one that
-    compiles the same code as auto: each runs where this CPU can execute it,
-    so an AVX-512 machine also runs the AVX2 and portable paths."""
+    compiles the same code as auto for every op: each runs where this CPU can
+    execute it, so an AVX-512 machine also runs the AVX2 and portable paths."""
     from model import cpu
 
     out = []
-    auto = cpu.op_paths("auto").resolved()
-    for path in ["auto", *(p for p in cpu.NEEDS if cpu.missing(p) or cpu.op_paths(p) != auto)]:
+
+    def same_as_auto(path: str) -> bool:
+        return all(cpu.op_paths(path, op) == cpu.op_paths("auto", op).resolved() for op in cpu.OPS)
+
+    for path in ["auto", *(p for p in cpu.NEEDS if cpu.missing(p) or not same_as_auto(p))]:
         lacking = cpu.missing(path)
         marks = [pytest.mark.skip(reason=f"this CPU lacks {', '.join(lacking)}")] if lacking else []
         out.append(pytest.param(path, marks=marks, id=path))

@@ -62,8 +62,7 @@ class KernelLinear(nn.Module):
         self.out_features = out_dim
         self.bias = Tensor.zeros([out_dim]) if bias else None
         self.traced = Traced()
-        kind = self.op.removeprefix("few_rows_matmul_")  # model/cpu.py's OPS
-        self.parameters_of_op = cpu.op_paths(path, kind).parameters(kind)
+        self.parameters_of_op = cpu.op_parameters(self.op.removeprefix("few_rows_matmul_"), path)
 
     def forward(self, x):
         self.traced.ran = True

@@ -32,5 +32,5 @@ class Q4_0Linear(KernelLinear):
         self.band = band or self.parameters_of_op["band"]
         self.parameters_of_op["band"] = self.band
         if prefetch is not None:
-            self.parameters_of_op["ahead"] = cpu.Q4_0_AHEAD if prefetch else 0
+            self.parameters_of_op["ahead"] = cpu.q4_0_ahead(prefetch)
         self.weight = Tensor.zeros([padded_rows(out_dim), in_dim // BLOCK * BLOCK_BYTES], dtype=DType.uint8)
